@@ -1,0 +1,38 @@
+# Two commands set everything up on a fresh machine: `make run` and `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+PYTEST := $(BIN)/python -m pytest
+
+.PHONY: run test soak bench build clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
+
+# The extras hold the test oracles (kafka-python) and bench peers (aiokafka).
+$(STAMP): $(BIN)/python pyproject.toml setup.py
+	$(BIN)/pip install -q --no-build-isolation -e ".[test,bench]"
+	touch $@
+
+# Rebuilds only the Cython modules whose sources changed.
+build: $(STAMP)
+	$(BIN)/python setup.py -q build_ext --inplace
+
+run: build
+	$(BIN)/logstore broker
+
+test: build
+	$(PYTEST) -q -m "not soak" tests
+
+soak: build
+	$(PYTEST) -q -m soak tests
+
+bench: build
+	$(PYTEST) -q bench --benchmark-only --benchmark-columns=min,median,ops \
+		--benchmark-sort=name --benchmark-group-by=group
+	$(BIN)/python bench/report.py
+
+clean:
+	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -1,0 +1,248 @@
+# cython: language_level=3
+"""Compression dispatch for Kafka batches (on-disk-format.md §2.6).
+
+Writers produce what Kafka's Java broker produces: gzip with the JDK 17
+GZIPOutputStream header (OS byte 255, mtime 0) around a raw deflate stream;
+snappy in snappy-java's xerial framing (32 KiB chunks); LZ4 frames with
+independent 64 KiB blocks, FLG 0x60 / BD 0x40 and no checksums; plain zstd
+frames. Readers accept what Kafka accepts: multi-member gzip, raw or xerial
+snappy, LZ4 frames with independent blocks only (optional content size, block
+checksums verified, content checksum ignored, header checksum ignored for
+magic 0), and one or more zstd frames.
+
+Every decompressor is bounded by `limit` bytes of output so that a
+decompression bomb costs at most `limit` bytes of memory.
+"""
+import struct
+import zlib
+
+import cramjam
+import lz4.block as _lz4_block
+import lz4.frame as _lz4_frame
+import xxhash
+import zstandard
+
+from logstore.errors import CorruptRecordError, UnsupportedCompressionError
+
+NONE = 0
+GZIP = 1
+SNAPPY = 2
+LZ4 = 3
+ZSTD = 4
+CODEC_NAMES = ("none", "gzip", "snappy", "lz4", "zstd")
+CODEC_IDS = {name: i for i, name in enumerate(CODEC_NAMES)}
+
+DEFAULT_MAX_DECOMPRESSED = 128 * 1024 * 1024
+"""Upper bound on one batch's decompressed records section, in bytes."""
+
+GZIP_DEFAULT_LEVEL = 6  # Kafka's compression.gzip.level -1 is zlib's 6
+ZSTD_DEFAULT_LEVEL = 3  # Kafka's compression.zstd.level default
+_JDK_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_XERIAL_HEADER = _XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
+_XERIAL_BLOCK = 32 * 1024
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_LZ4_BLOCK_SIZES = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
+_BE32 = struct.Struct(">i")
+_LE32 = struct.Struct("<I")
+
+
+def compress(int codec, data, level=None):
+    """Compress a records section with `codec` the way Kafka's writers do."""
+    if codec == GZIP:
+        lvl = GZIP_DEFAULT_LEVEL if level is None else level
+        deflater = zlib.compressobj(lvl, zlib.DEFLATED, -15)
+        body = deflater.compress(data) + deflater.flush()
+        return b"".join((_JDK_GZIP_HEADER, body,
+                         _LE32.pack(zlib.crc32(data)), _LE32.pack(len(data) & 0xFFFFFFFF)))
+    if codec == SNAPPY:
+        view = memoryview(data)
+        parts = [_XERIAL_HEADER]
+        for start in range(0, len(view), _XERIAL_BLOCK):
+            block = bytes(cramjam.snappy.compress_raw(view[start:start + _XERIAL_BLOCK]))
+            parts.append(_BE32.pack(len(block)))
+            parts.append(block)
+        return b"".join(parts)
+    if codec == LZ4:
+        return _lz4_frame.compress(
+            data, compression_level=0 if level is None else level,
+            block_size=_lz4_frame.BLOCKSIZE_MAX64KB, block_linked=False,
+            content_checksum=False, block_checksum=False, store_size=False)
+    if codec == ZSTD:
+        lvl = ZSTD_DEFAULT_LEVEL if level is None else level
+        return zstandard.ZstdCompressor(level=lvl, write_content_size=False).compress(data)
+    if codec == NONE:
+        return bytes(data)
+    raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+
+
+def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
+               Py_ssize_t position=-1, bint legacy_lz4_header=False):
+    """Decompress a records section; errors report byte `position` of the batch."""
+    try:
+        if codec == GZIP:
+            out = _gunzip(data, limit)
+        elif codec == SNAPPY:
+            out = _unsnappy(data, limit)
+        elif codec == LZ4:
+            out = _unlz4(data, limit, legacy_lz4_header)
+        elif codec == ZSTD:
+            out = _unzstd(data, limit)
+        elif codec == NONE:
+            out = bytes(data)
+        else:
+            raise UnsupportedCompressionError(f"unknown compression codec {codec}", position)
+    except CorruptRecordError as exc:
+        if exc.position >= 0 or position < 0:
+            raise
+        raise type(exc)(exc.reason, position) from None
+    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError, RuntimeError,
+            ValueError, struct.error) as exc:
+        raise CorruptRecordError(
+            f"{CODEC_NAMES[codec]} records section does not decompress: {exc}", position) from None
+    return out
+
+
+def _too_big(limit):
+    return CorruptRecordError(f"records section decompresses to more than {limit} bytes")
+
+
+def _gunzip(data, Py_ssize_t limit):
+    # Java's GZIPInputStream reads concatenated members and stops quietly at
+    # anything after a member that is not another gzip header.
+    parts = []
+    cdef Py_ssize_t total = 0
+    rest = bytes(data)
+    first = True
+    while first or rest[:2] == b"\x1f\x8b":
+        first = False
+        inflater = zlib.decompressobj(31)
+        chunk = inflater.decompress(rest, limit - total + 1)
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(limit)
+        parts.append(chunk)
+        if not inflater.eof:
+            if inflater.unconsumed_tail:
+                raise _too_big(limit)
+            raise CorruptRecordError("gzip stream is truncated")
+        rest = inflater.unused_data
+    return b"".join(parts)
+
+
+def _snappy_raw(block, Py_ssize_t limit):
+    # The raw format starts with the uncompressed length: check it before
+    # letting the codec allocate.
+    cdef Py_ssize_t length = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i
+    for i in range(min(len(block), 5)):
+        length |= (block[i] & 0x7F) << shift
+        if block[i] < 0x80:
+            break
+        shift += 7
+    else:
+        raise CorruptRecordError("snappy block has no valid length header")
+    if length > limit:
+        raise _too_big(limit)
+    return bytes(cramjam.snappy.decompress_raw(block))
+
+
+def _unsnappy(data, Py_ssize_t limit):
+    view = memoryview(data).cast("B")
+    if view[:8].tobytes() != _XERIAL_MAGIC:
+        return _snappy_raw(view, limit)
+    if len(view) < 16:
+        raise CorruptRecordError("xerial snappy header is truncated")
+    parts = []
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t pos = 16
+    cdef Py_ssize_t n
+    while pos < len(view):
+        if pos + 4 > len(view):
+            raise CorruptRecordError("xerial snappy chunk length is truncated")
+        n = _BE32.unpack_from(view, pos)[0]
+        pos += 4
+        if n < 0 or pos + n > len(view):
+            raise CorruptRecordError("xerial snappy chunk runs past the records section")
+        chunk = _snappy_raw(view[pos:pos + n], limit - total)
+        pos += n
+        total += len(chunk)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _unlz4(data, Py_ssize_t limit, bint legacy_header):
+    view = memoryview(data).cast("B")
+    cdef Py_ssize_t size = len(view)
+    if size < 7 or view[:4].tobytes() != _LZ4_MAGIC:
+        raise CorruptRecordError("not an LZ4 frame (bad magic)")
+    cdef int flg = view[4]
+    cdef int bd = view[5]
+    if (flg >> 6) != 1:
+        raise CorruptRecordError("unsupported LZ4 frame version")
+    if flg & 0x02:
+        raise CorruptRecordError("reserved bit set in LZ4 frame flags")
+    if not (flg & 0x20):
+        raise CorruptRecordError("LZ4 frames with dependent blocks are not supported (Kafka requires block independence)")
+    if bd & 0x8F or (bd >> 4) & 0x07 not in _LZ4_BLOCK_SIZES:
+        raise CorruptRecordError("invalid LZ4 block descriptor")
+    cdef Py_ssize_t max_block = _LZ4_BLOCK_SIZES[(bd >> 4) & 0x07]
+    cdef bint block_checksum = flg & 0x10
+    cdef Py_ssize_t pos = 6
+    if flg & 0x08:
+        pos += 8  # content size: present but unused, as in Kafka
+    if pos + 1 > size:
+        raise CorruptRecordError("LZ4 frame header is truncated")
+    # Kafka 0.8/0.9 computed the header checksum over the magic as well;
+    # Kafka ignores the checksum for magic 0 and so do we.
+    if not legacy_header and view[pos] != (xxhash.xxh32_intdigest(view[4:pos]) >> 8) & 0xFF:
+        raise CorruptRecordError("LZ4 frame header checksum mismatch")
+    pos += 1
+    parts = []
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t n
+    cdef unsigned int word
+    while True:
+        if pos + 4 > size:
+            raise CorruptRecordError("LZ4 frame is truncated before its end mark")
+        word = _LE32.unpack_from(view, pos)[0]
+        pos += 4
+        if word == 0:
+            break
+        n = word & 0x7FFFFFFF
+        if n > max_block or pos + n + (4 if block_checksum else 0) > size:
+            raise CorruptRecordError("LZ4 block length is out of bounds")
+        block = view[pos:pos + n]
+        pos += n
+        if block_checksum:
+            if _LE32.unpack_from(view, pos)[0] != xxhash.xxh32_intdigest(block):
+                raise CorruptRecordError("LZ4 block checksum mismatch")
+            pos += 4
+        if word & 0x80000000:
+            chunk = block.tobytes()
+        else:
+            chunk = _lz4_block.decompress(block, uncompressed_size=max_block)
+        total += len(chunk)
+        if total > limit:
+            raise _too_big(limit)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _unzstd(data, Py_ssize_t limit):
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        bytes(data), read_across_frames=True)
+    out = reader.read(limit + 1)
+    # One read may stop at a frame boundary; keep reading until the end.
+    parts = [out]
+    cdef Py_ssize_t total = len(out)
+    while total <= limit:
+        more = reader.read(limit + 1 - total)
+        if not more:
+            break
+        parts.append(more)
+        total += len(more)
+    if total > limit:
+        raise _too_big(limit)
+    return b"".join(parts)

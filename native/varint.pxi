@@ -1,0 +1,139 @@
+# Kafka record-level varints (on-disk-format.md §0.1): zigzag over LEB128,
+# at most 5 bytes for int32 and 10 for int64; writers emit the shortest form.
+# Included textually so every hot loop inlines them.
+from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
+
+cdef enum:
+    VARINT_TRUNCATED = -1
+    VARINT_TOO_LONG = -2
+
+
+cdef inline Py_ssize_t uvarint_size(uint64_t v) noexcept nogil:
+    cdef Py_ssize_t n = 1
+    while v >= 0x80:
+        v >>= 7
+        n += 1
+    return n
+
+
+cdef inline uint64_t zigzag64(int64_t n) noexcept nogil:
+    return (<uint64_t>n << 1) ^ <uint64_t>(n >> 63)
+
+
+cdef inline uint32_t zigzag32(int32_t n) noexcept nogil:
+    return (<uint32_t>n << 1) ^ <uint32_t>(n >> 31)
+
+
+cdef inline Py_ssize_t varint_size(int32_t n) noexcept nogil:
+    return uvarint_size(zigzag32(n))
+
+
+cdef inline Py_ssize_t varlong_size(int64_t n) noexcept nogil:
+    return uvarint_size(zigzag64(n))
+
+
+cdef inline unsigned char* write_uvarint(unsigned char* p, uint64_t v) noexcept nogil:
+    while v >= 0x80:
+        p[0] = <unsigned char>((v & 0x7F) | 0x80)
+        p += 1
+        v >>= 7
+    p[0] = <unsigned char>v
+    return p + 1
+
+
+cdef inline unsigned char* write_varint(unsigned char* p, int32_t n) noexcept nogil:
+    return write_uvarint(p, zigzag32(n))
+
+
+cdef inline unsigned char* write_varlong(unsigned char* p, int64_t n) noexcept nogil:
+    return write_uvarint(p, zigzag64(n))
+
+
+cdef inline Py_ssize_t read_varint(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+                                   int32_t* out) noexcept nogil:
+    """Returns the position after the varint, or VARINT_TRUNCATED / VARINT_TOO_LONG."""
+    cdef uint32_t u
+    cdef uint32_t b
+    cdef int shift = 7
+    if pos >= end:
+        return VARINT_TRUNCATED
+    b = p[pos]
+    pos += 1
+    if b < 0x80:
+        out[0] = <int32_t>((b >> 1) ^ (-(b & 1)))
+        return pos
+    u = b & 0x7F
+    while True:
+        if pos >= end:
+            return VARINT_TRUNCATED
+        b = p[pos]
+        pos += 1
+        # Bits past 32 fall off, as in Kafka's int arithmetic.
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        if shift == 28:
+            return VARINT_TOO_LONG
+        shift += 7
+    out[0] = <int32_t>((u >> 1) ^ (-(u & 1)))
+    return pos
+
+
+cdef inline Py_ssize_t read_varlong(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+                                    int64_t* out) noexcept nogil:
+    """Returns the position after the varlong, or VARINT_TRUNCATED / VARINT_TOO_LONG."""
+    cdef uint64_t u
+    cdef uint64_t b
+    cdef int shift = 7
+    if pos >= end:
+        return VARINT_TRUNCATED
+    b = p[pos]
+    pos += 1
+    if b < 0x80:
+        out[0] = <int64_t>((b >> 1) ^ (-(b & 1)))
+        return pos
+    u = b & 0x7F
+    while True:
+        if pos >= end:
+            return VARINT_TRUNCATED
+        b = p[pos]
+        pos += 1
+        u |= (b & 0x7F) << shift
+        if b < 0x80:
+            break
+        if shift == 63:
+            return VARINT_TOO_LONG
+        shift += 7
+    out[0] = <int64_t>((u >> 1) ^ (-(u & 1)))
+    return pos
+
+
+cdef inline int32_t read_be32(const unsigned char* p) noexcept nogil:
+    return <int32_t>((<uint32_t>p[0] << 24) | (<uint32_t>p[1] << 16) | (<uint32_t>p[2] << 8) | p[3])
+
+
+cdef inline int64_t read_be64(const unsigned char* p) noexcept nogil:
+    return <int64_t>((<uint64_t><uint32_t>read_be32(p) << 32) | <uint32_t>read_be32(p + 4))
+
+
+cdef inline int16_t read_be16(const unsigned char* p) noexcept nogil:
+    return <int16_t>((p[0] << 8) | p[1])
+
+
+cdef inline void write_be16(unsigned char* p, int16_t v) noexcept nogil:
+    p[0] = <unsigned char>((<uint32_t><uint16_t>v) >> 8)
+    p[1] = <unsigned char>v
+
+
+cdef inline void write_be32(unsigned char* p, int32_t v) noexcept nogil:
+    cdef uint32_t u = <uint32_t>v
+    p[0] = <unsigned char>(u >> 24)
+    p[1] = <unsigned char>(u >> 16)
+    p[2] = <unsigned char>(u >> 8)
+    p[3] = <unsigned char>u
+
+
+cdef inline void write_be64(unsigned char* p, int64_t v) noexcept nogil:
+    cdef uint64_t u = <uint64_t>v
+    write_be32(p, <int32_t>(u >> 32))
+    write_be32(p + 4, <int32_t><uint32_t>u)
