@@ -126,6 +126,12 @@ class InvalidRecordError(CorruptRecordError):
     error_name = "INVALID_RECORD"
 
 
+class InvalidTimestampError(InvalidRecordError):
+    """A batch whose timestamps or timestamp type a broker must refuse."""
+
+    error_name = "INVALID_TIMESTAMP"
+
+
 class UnsupportedCompressionError(CorruptRecordError):
     """A codec id outside 0..4, or a codec not legal for the batch's magic."""
 

@@ -40,6 +40,7 @@ from crc32c import crc32c as _crc32c
 from logstore.errors import (
     CorruptRecordError,
     InvalidRecordError,
+    InvalidTimestampError,
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
@@ -274,9 +275,9 @@ def validate_batch(buf, Py_ssize_t pos=0, *, bint client=False, int64_t max_batc
     """Check the v2 batch at `pos` without allocating per record; return its header.
 
     Always: bounds, magic, length, CRC, codec, counts. `client=True` adds the
-    stateless rules Kafka applies to produce requests (§8.2): base offset 0,
+    stateless batch rules Kafka's LogValidator applies to produce requests:
     count > 0 and equal to lastOffsetDelta + 1, no control batches, a base
-    sequence for producer ids, no LOG_APPEND_TIME. `max_batch_size` is
+    sequence for producer ids, no LOG_APPEND_TIME (INVALID_TIMESTAMP). `max_batch_size` is
     max.message.bytes. `deep=True` also walks the records of an uncompressed
     batch (varint framing, offset deltas, header framing).
     """
@@ -294,8 +295,7 @@ def validate_batch(buf, Py_ssize_t pos=0, *, bint client=False, int64_t max_batc
 
 
 cdef _check_client_rules(BatchHeader h, Py_ssize_t pos):
-    if h.base_offset != 0:
-        raise InvalidRecordError(f"produced batch has base offset {h.base_offset}, expected 0", pos)
+    # Kafka does not insist on base offset 0: it overwrites it in place.
     if h.record_count <= 0:
         raise InvalidRecordError("produced batch has no records", pos + 57)
     if <int64_t>h.last_offset_delta + 1 != h.record_count:
@@ -308,7 +308,7 @@ cdef _check_client_rules(BatchHeader h, Py_ssize_t pos):
         raise InvalidRecordError(
             f"batch with producer id {h.producer_id} has invalid base sequence {h.base_sequence}", pos + 53)
     if h.attributes & TIMESTAMP_TYPE_MASK:
-        raise InvalidRecordError("clients may not set LOG_APPEND_TIME", pos + 21)
+        raise InvalidTimestampError("producers may not set the timestamp type to LOG_APPEND_TIME", pos + 21)
 
 
 def validate_records(buf, *, bint client=False, int64_t max_batch_size=-1, bint verify_crc=True):
@@ -613,7 +613,8 @@ cdef class NativeBuffer:
     def __getbuffer__(self, Py_buffer* view, int flags):
         self.shape[0] = self.size
         self.strides[0] = 1
-        view.buf = self.data
+        # Arrow refuses a NULL pointer even for an empty buffer.
+        view.buf = self.data if self.data != NULL else _FORMAT_B
         view.obj = self
         view.len = self.size
         view.readonly = 1
@@ -1338,3 +1339,22 @@ def decode_varlong(buf, Py_ssize_t pos=0):
     if end < 0:
         raise CorruptRecordError("varlong is truncated", pos)
     return value, end
+
+
+def decode_unsigned_varint(buf, Py_ssize_t pos=0):
+    """(value, next position) of the unsigned LEB128 varint (at most 10 bytes) at `pos`."""
+    cdef _Buffer b = _Buffer(buf)
+    cdef const unsigned char* p = <const unsigned char*>b.buf.buf
+    cdef uint64_t value = 0
+    cdef int shift = 0
+    cdef Py_ssize_t i = pos
+    while True:
+        if i < 0 or i >= b.buf.len:
+            raise CorruptRecordError("unsigned varint is truncated", pos)
+        value |= (<uint64_t>(p[i] & 0x7F)) << shift
+        i += 1
+        if p[i - 1] < 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise CorruptRecordError("unsigned varint is longer than 10 bytes", pos)

@@ -36,6 +36,7 @@ from logstore.native.record_batch import (
     Record,
     decode_columnar,
     decode_records,
+    decode_unsigned_varint,
     decode_varint,
     decode_varlong,
     decrement_sequence,
@@ -55,7 +56,7 @@ __all__ = [
     "ZSTD", "CONTROL_ABORT", "CONTROL_COMMIT", "CREATE_TIME", "LOG_APPEND_TIME", "MAX_SEQUENCE",
     "RECORD_BATCH_OVERHEAD", "LOG_OVERHEAD", "BatchBuilder", "BatchHeader", "ColumnarBuilder",
     "Columns", "ControlRecord", "Entry", "LegacyEntry", "NativeBuffer", "Record",
-    "decode_columnar", "decode_entry", "decode_legacy", "decode_records", "decode_varint",
+    "decode_columnar", "decode_entry", "decode_legacy", "decode_records", "decode_unsigned_varint", "decode_varint",
     "decode_varlong", "decrement_sequence", "encode_batch", "encode_control_batch",
     "encode_unsigned_varint", "encode_varint", "encode_varlong", "entry_end",
     "increment_sequence", "iter_entries",
@@ -77,11 +78,12 @@ CONTROL_TYPE_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_
 
 @dataclass(frozen=True)
 class ControlRecord:
-    """A control record's key (version, type) and, for markers, the coordinator epoch."""
+    """A control record's key (version, type) and, for markers, the marker's version and coordinator epoch."""
 
     version: int
     type: int
     coordinator_epoch: int | None = None
+    marker_version: int | None = None
 
     @property
     def type_name(self) -> str:
@@ -106,7 +108,7 @@ def read_control_record(record: Record) -> ControlRecord:
     marker_version = int.from_bytes(value[0:2], "big", signed=True)
     if marker_version < 0:
         raise InvalidRecordError(f"transaction marker has negative version {marker_version}")
-    return ControlRecord(version, kind, int.from_bytes(value[2:6], "big", signed=True))
+    return ControlRecord(version, kind, int.from_bytes(value[2:6], "big", signed=True), marker_version)
 
 
 def iter_entries(buf, start: int = 0, *, verify_crc: bool = True) -> Iterator[Entry]:

@@ -1,0 +1,75 @@
+"""The `logstore` command: one argparse front, one subcommand per job.
+
+The only module allowed to sit above every layer (DESIGN.md). Each subcommand
+registers its arguments here and calls a `run(...) -> exit status` function in
+its own module; the logic stays importable and testable without a process.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Sequence
+
+from logstore import __version__
+
+USAGE_ERROR = 2  # argparse's own status for bad arguments
+
+
+def _add_dump(commands) -> None:
+    parser = commands.add_parser(
+        "dump",
+        help="print the batches of .log segment files (like kafka-dump-log.sh)",
+        description="Print every batch of Kafka .log segment files the way "
+                    "kafka-dump-log.sh --print-data-log does. Keys and values that are not "
+                    "printable UTF-8 are shown as 0x-prefixed hex.",
+        epilog="Exit status: 0 all data intact (a partial entry at the end of a file, which "
+               "Kafka's recovery would truncate, is reported but is not an error); 1 corrupt "
+               "data found (bad CRC, an entry the decoder refuses, unreadable framing); 2 bad "
+               "arguments, or a path that is missing, unreadable, or a directory without .log "
+               "files. Problems are reported on stderr, one line each, with the byte position. "
+               "The --json schema is documented in `python -m pydoc logstore.dump`.")
+    parser.add_argument(
+        "paths", nargs="+", metavar="PATH",
+        help="a .log segment file, or a partition directory (<topic>-<partition>/) whose "
+             "*.log files are dumped in base-offset order")
+    parser.add_argument(
+        "--deep", "--deep-iteration", "--print-data-log", dest="deep", action="store_true",
+        help="also print every record: offset, timestamp, sizes, sequence, header keys, key "
+             "and payload (non-UTF-8 bytes as 0x-prefixed hex), and the marker of control records")
+    parser.add_argument(
+        "--json", dest="as_json", action="store_true",
+        help="print one JSON document per file, one per line, instead of Kafka's text layout "
+             "(bytes as {\"hex\": ..., \"utf8\": ...}, utf8 only when printable)")
+    parser.set_defaults(run=_run_dump)
+
+
+def _run_dump(args: argparse.Namespace) -> int:
+    from logstore import dump
+    return dump.run(args.paths, deep=args.deep, as_json=args.as_json)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the `logstore` command and all its subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="logstore", description="logstore: a Kafka-compatible log storage engine.")
+    parser.add_argument("--version", action="version", version=f"logstore {__version__}")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
+    commands.required = True
+    _add_dump(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the `logstore` command line; return the process exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        status = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader (e.g. `| head`) went away: stop quietly, as Python's docs advise.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return status

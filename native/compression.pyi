@@ -1,0 +1,15 @@
+"""Type stubs for logstore.native.compression (Kafka codec dispatch)."""
+NONE: int
+GZIP: int
+SNAPPY: int
+LZ4: int
+ZSTD: int
+CODEC_NAMES: tuple[str, ...]
+CODEC_IDS: dict[str, int]
+DEFAULT_MAX_DECOMPRESSED: int
+GZIP_DEFAULT_LEVEL: int
+ZSTD_DEFAULT_LEVEL: int
+
+def compress(codec: int, data, level: int | None = None) -> bytes: ...
+def decompress(codec: int, data, limit: int = ..., position: int = -1,
+               legacy_lz4_header: bool = False) -> bytes: ...

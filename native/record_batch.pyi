@@ -1,0 +1,129 @@
+"""Type stubs for logstore.native.record_batch (Kafka v2 RecordBatch codec)."""
+from typing import Iterable, Sequence
+
+_Headers = Sequence[tuple[str | bytes, bytes | None]]
+
+RECORD_BATCH_OVERHEAD: int
+CODEC_MASK: int
+TIMESTAMP_TYPE_MASK: int
+TRANSACTIONAL_FLAG: int
+CONTROL_FLAG: int
+DELETE_HORIZON_FLAG: int
+CREATE_TIME: int
+LOG_APPEND_TIME: int
+NO_TIMESTAMP: int
+MAX_SEQUENCE: int
+CONTROL_ABORT: int
+CONTROL_COMMIT: int
+
+def increment_sequence(sequence: int, increment: int) -> int: ...
+def decrement_sequence(sequence: int, decrement: int) -> int: ...
+
+class BatchHeader:
+    position: int
+    base_offset: int
+    batch_length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    @property
+    def size_in_bytes(self) -> int: ...
+    @property
+    def last_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def compression(self) -> int: ...
+    @property
+    def timestamp_type(self) -> int: ...
+    @property
+    def is_transactional(self) -> bool: ...
+    @property
+    def is_control(self) -> bool: ...
+    @property
+    def has_delete_horizon(self) -> bool: ...
+    @property
+    def has_producer_id(self) -> bool: ...
+    @property
+    def last_sequence(self) -> int: ...
+
+class Record:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    def __init__(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
+                 headers: Iterable[tuple[str, bytes | None]] = ...) -> None: ...
+
+class NativeBuffer:
+    def __len__(self) -> int: ...
+    def tobytes(self) -> bytes: ...
+
+class Columns:
+    count: int
+    offsets: NativeBuffer
+    timestamps: NativeBuffer
+    key_offsets: NativeBuffer
+    key_data: NativeBuffer
+    key_validity: NativeBuffer
+    key_null_count: int
+    value_offsets: NativeBuffer
+    value_data: NativeBuffer
+    value_validity: NativeBuffer
+    value_null_count: int
+    def to_arrow(self): ...
+
+class ColumnarBuilder:
+    count: int
+    def add_batch(self, buf, pos: int = 0, *, start_offset: int = ..., end_offset: int = ...,
+                  skip_control: bool = True, verify_crc: bool = True,
+                  max_decompressed: int = ...) -> BatchHeader: ...
+    def finish(self) -> Columns: ...
+
+class BatchBuilder:
+    base_offset: int
+    def __init__(self, *, base_offset: int = 0, compression: int = 0, compression_level: int | None = None,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 transactional: bool = False, partition_leader_epoch: int = -1,
+                 log_append_time: int | None = None, initial_capacity: int = 16384) -> None: ...
+    def __len__(self) -> int: ...
+    @property
+    def size_in_bytes(self) -> int: ...
+    def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
+               headers: _Headers | None = None) -> None: ...
+    def build(self) -> bytes: ...
+
+def read_header(buf, pos: int = 0) -> BatchHeader: ...
+def validate_batch(buf, pos: int = 0, *, client: bool = False, max_batch_size: int = -1,
+                   verify_crc: bool = True, deep: bool = False) -> BatchHeader: ...
+def validate_records(buf, *, client: bool = False, max_batch_size: int = -1,
+                     verify_crc: bool = True) -> list[BatchHeader]: ...
+def decode_records(buf, pos: int = 0, *, verify_crc: bool = True,
+                   max_decompressed: int = ...) -> list[Record]: ...
+def decode_columnar(buf, pos: int = 0, *, verify_crc: bool = True,
+                    max_decompressed: int = ...) -> Columns: ...
+def encode_batch(keys: Sequence[bytes | None], values: Sequence[bytes | None],
+                 headers: Sequence[_Headers] | None = None,
+                 timestamps: int | Sequence[int] | None = None, *, base_offset: int = 0,
+                 compression: int = 0, compression_level: int | None = None, producer_id: int = -1,
+                 producer_epoch: int = -1, base_sequence: int = -1, transactional: bool = False,
+                 control: bool = False, partition_leader_epoch: int = -1,
+                 log_append_time: int | None = None) -> bytes: ...
+def encode_control_batch(commit: bool, coordinator_epoch: int, producer_id: int, producer_epoch: int,
+                         timestamp: int, *, base_offset: int = 0,
+                         partition_leader_epoch: int = -1) -> bytes: ...
+def encode_varint(value: int) -> bytes: ...
+def encode_varlong(value: int) -> bytes: ...
+def encode_unsigned_varint(value: int) -> bytes: ...
+def decode_varint(buf, pos: int = 0) -> tuple[int, int]: ...
+def decode_varlong(buf, pos: int = 0) -> tuple[int, int]: ...
+def decode_unsigned_varint(buf, pos: int = 0) -> tuple[int, int]: ...

@@ -1,0 +1,61 @@
+"""Shared test fixtures: the byte-exact vectors of the format spec.
+
+The vectors live outside the repository, in `../shared/spec/vectors`
+(NAME.hex + NAME.json, described in that folder's README and §13 of
+on-disk-format.md). Tests reach them through the `vector` fixture, or take a
+`vector_name` argument and select the vectors they run over with
+`@pytest.mark.vectors(select=predicate)`, `predicate(name, doc) -> bool`.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared/spec/vectors"
+
+
+@lru_cache(maxsize=None)
+def load_vector(name: str) -> tuple[bytes, dict]:
+    """The bytes of NAME.hex and the parsed NAME.json (bytes are empty if there is no .hex)."""
+    doc = json.loads((VECTORS_DIR / f"{name}.json").read_text())
+    hex_path = VECTORS_DIR / f"{name}.hex"
+    data = b""
+    if hex_path.exists():
+        data = bytes.fromhex("".join(hex_path.read_text().split()))
+    return data, doc
+
+
+def vector_names() -> list[str]:
+    """Names of the byte-stream vectors: a .hex with a .json describing its entries."""
+    return sorted(p.stem for p in VECTORS_DIR.glob("*.hex")
+                  if (VECTORS_DIR / f"{p.stem}.json").exists())
+
+
+@pytest.fixture(scope="session")
+def vector():
+    """`vector(name) -> (bytes, dict)`: one test vector, loaded once per session."""
+    if not VECTORS_DIR.is_dir():
+        pytest.fail(f"test vectors not found at {VECTORS_DIR}")
+    return load_vector
+
+
+def pytest_configure(config):
+    """Register the `vectors` marker."""
+    config.addinivalue_line(
+        "markers", "vectors(select): run a test taking `vector_name` over the vectors "
+        "for which select(name, doc) is true")
+
+
+def pytest_generate_tests(metafunc):
+    """Parametrize `vector_name` over the vectors the test's `vectors` marker selects."""
+    if "vector_name" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("vectors")
+    select = marker.kwargs["select"] if marker else (lambda name, doc: True)
+    names = [name for name in vector_names() if select(name, load_vector(name)[1])]
+    # An empty selection must fail loudly, not collect zero tests.
+    assert names, f"no vectors selected for {metafunc.definition.nodeid} in {VECTORS_DIR}"
+    metafunc.parametrize("vector_name", names)
