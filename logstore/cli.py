@@ -13,9 +13,6 @@ from typing import Sequence
 
 from logstore import __version__
 
-USAGE_ERROR = 2  # argparse's own status for bad arguments
-
-
 def _add_dump(commands) -> None:
     parser = commands.add_parser(
         "dump",

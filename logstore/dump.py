@@ -66,7 +66,8 @@ PROG = "logstore dump"
 # describe an entry the codec refuses, and to tell a torn tail from garbage.
 _PREFIX = 17
 _MIN_ENTRY_SIZE = 14
-_CRC_FIELD = {2: 17, 0: 12, 1: 12}  # where each codec reports a CRC mismatch, relative to the entry
+# Where the codecs report a CRC mismatch, relative to the entry: the CRC field itself.
+_V2_CRC_AT, _LEGACY_CRC_AT = 17, 12
 
 _TS_JSON = {0: "CREATE_TIME", 1: "LOG_APPEND_TIME", None: None}
 _TS_TEXT = {"CREATE_TIME": "CreateTime", "LOG_APPEND_TIME": "LogAppendTime", None: "NoTimestampType"}
@@ -118,6 +119,10 @@ def _problem(exc: Exception, fallback_position: int) -> dict:
     # Decoders must only raise CorruptRecordError; say so rather than hide it.
     return {"position": fallback_position,
             "message": f"unexpected {type(exc).__name__} from the decoder (a logstore bug): {exc}"}
+
+
+def _is_crc_mismatch(exc: Exception, crc_position: int) -> bool:
+    return isinstance(exc, CorruptRecordError) and exc.position == crc_position
 
 
 class SegmentScan:
@@ -180,7 +185,7 @@ class SegmentScan:
             K.validate_batch(view, h.position)
             crc_valid = True
         except Exception as exc:  # noqa: BLE001
-            crc_valid = not (isinstance(exc, CorruptRecordError) and exc.position == h.position + 17)
+            crc_valid = not _is_crc_mismatch(exc, h.position + _V2_CRC_AT)
             errors.append(_problem(exc, h.position))
         batch = {
             "position": h.position, "sizeInBytes": h.size_in_bytes, "magic": h.magic,
@@ -230,7 +235,7 @@ class SegmentScan:
             K.decode_legacy(view, entry.position)
             crc_valid = True
         except Exception as exc:  # noqa: BLE001
-            crc_valid = not (isinstance(exc, CorruptRecordError) and exc.position == entry.position + 12)
+            crc_valid = not _is_crc_mismatch(exc, entry.position + _LEGACY_CRC_AT)
             errors.append(_problem(exc, entry.position))
         v0 = entry.magic == 0
         batch = {
@@ -302,9 +307,11 @@ def batch_line(b: dict) -> str:
     if b["crcValid"] is None:  # refused by the codec: only the framing is known
         label = "baseOffset" if b["magic"] == 2 else "offset"
         first = b.get("baseOffset", b.get("offset"))
-        return f"{label}: {first} position: {b['position']} size: {b['sizeInBytes']} magic: {b['magic']} isvalid: false"
+        return (f"{label}: {first} position: {b['position']} size: {b['sizeInBytes']} "
+                f"magic: {b['magic']} isvalid: false")
     if b["magic"] == 2:
-        horizon = "OptionalLong.empty" if b["deleteHorizonMs"] is None else f"OptionalLong[{b['deleteHorizonMs']}]"
+        horizon = ("OptionalLong.empty" if b["deleteHorizonMs"] is None
+                   else f"OptionalLong[{b['deleteHorizonMs']}]")
         head = (f"baseOffset: {b['baseOffset']} lastOffset: {b['lastOffset']} count: {b['recordCount']} "
                 f"baseSequence: {b['baseSequence']} lastSequence: {b['lastSequence']} "
                 f"producerId: {b['producerId']} producerEpoch: {b['producerEpoch']} "
@@ -333,7 +340,8 @@ def record_line(b: dict, r: dict) -> str:
     if control is not None:
         marker = r.get("endTxnMarker")
         if marker is not None:
-            parts.append(f"endTxnMarker: {control['typeName']} coordinatorEpoch: {marker['coordinatorEpoch']}")
+            parts.append(f"endTxnMarker: {control['typeName']} "
+                         f"coordinatorEpoch: {marker['coordinatorEpoch']}")
         else:
             parts.append(f"controlType: {control['typeName']}({control['type']})")
     elif not (b["magic"] == 2 and b["isControl"]):
@@ -365,8 +373,9 @@ def _open(path: Path):
 
 
 def dump_file(path: Path, *, deep: bool = False, as_json: bool = False,
-              out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """Dump one segment file to `out`, problems to `err`; return its exit status."""
+              out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Dump one segment file to `out` (stdout), problems to `err` (stderr); return its exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
     try:
         buf, close = _open(path)
     except OSError as exc:
@@ -395,7 +404,8 @@ def _report(path: Path, batch: dict, err: TextIO) -> None:
 
 def _write_text(path: Path, start: int | None, scan: SegmentScan, out: TextIO, err: TextIO) -> None:
     print(f"Dumping {path}", file=out)
-    print(f"Log starting offset: {'unknown (file name is not <offset>.log)' if start is None else start}", file=out)
+    shown = "unknown (file name is not <offset>.log)" if start is None else start
+    print(f"Log starting offset: {shown}", file=out)
     for batch in scan:
         print(batch_line(batch), file=out)
         for record in batch.get("records", ()):
@@ -420,8 +430,9 @@ def _write_json(path: Path, start: int | None, size: int, scan: SegmentScan,
 
 
 def run(paths: Sequence[str], *, deep: bool = False, as_json: bool = False,
-        out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+        out: TextIO | None = None, err: TextIO | None = None) -> int:
     """Dump every path (segment file or partition directory); return the exit status."""
+    out, err = out or sys.stdout, err or sys.stderr
     status = OK
     for arg in paths:
         try:

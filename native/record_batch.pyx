@@ -224,8 +224,10 @@ cdef uint32_t _crc_of(object obj, Py_ssize_t start, Py_ssize_t stop):
 
 
 cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t n,
-                                 Py_ssize_t pos, Py_ssize_t base_position, bint verify_crc):
-    """Bounds, magic, length and (optionally) CRC of the batch at `pos`."""
+                                 Py_ssize_t pos, Py_ssize_t base_position, bint verify_crc,
+                                 bint semantic=True):
+    """Bounds, magic and length of the batch at `pos`; with `semantic`, also
+    the CRC (when asked), codec, counts and producer fields."""
     cdef Py_ssize_t remaining = n - pos
     if pos < 0 or remaining < HEADER_SIZE:
         raise CorruptRecordError(
@@ -243,6 +245,8 @@ cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t 
             f"record batch of {length + LOG_OVERHEAD} bytes runs past the end of the buffer ({remaining} bytes left)",
             base_position + pos + 8)
     cdef BatchHeader h = _read_header(p + pos, base_position + pos)
+    if not semantic:
+        return h
     if verify_crc:
         actual = _crc_of(obj, pos + CRC_START, pos + LOG_OVERHEAD + length)
         if actual != h.crc:
@@ -265,9 +269,9 @@ cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t 
 
 
 def read_header(buf, Py_ssize_t pos=0):
-    """Decode the header of the v2 batch at `pos` without checking the CRC or records."""
+    """Decode the header of the v2 batch at `pos`; only its framing (bounds, magic, length) is checked."""
     cdef _Buffer b = _Buffer(buf)
-    return _checked_header(buf, <const unsigned char*>b.buf.buf, b.buf.len, pos, 0, False)
+    return _checked_header(buf, <const unsigned char*>b.buf.buf, b.buf.len, pos, 0, False, False)
 
 
 def validate_batch(buf, Py_ssize_t pos=0, *, bint client=False, int64_t max_batch_size=-1,
