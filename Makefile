@@ -30,9 +30,12 @@ soak: build
 	$(PYTEST) -q -m soak tests
 
 bench: build
-	$(PYTEST) -q bench --benchmark-only --benchmark-columns=min,median,ops \
-		--benchmark-sort=name --benchmark-group-by=group
-	$(BIN)/python bench/report.py
+	@mkdir -p .benchmarks
+	$(PYTEST) -q bench --benchmark-only \
+		--benchmark-json=.benchmarks/codec.json --benchmark-min-rounds=10 \
+		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-sort=name \
+		--benchmark-group-by=group
+	$(BIN)/python bench/report.py .benchmarks/codec.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -96,8 +96,8 @@ def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
         if exc.position >= 0 or position < 0:
             raise
         raise type(exc)(exc.reason, position) from None
-    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError, RuntimeError,
-            ValueError, struct.error) as exc:
+    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError, _lz4_block.LZ4BlockError,
+            RuntimeError, ValueError, struct.error) as exc:
         raise CorruptRecordError(
             f"{CODEC_NAMES[codec]} records section does not decompress: {exc}", position) from None
     return out
@@ -109,24 +109,36 @@ def _too_big(limit):
 
 def _gunzip(data, Py_ssize_t limit):
     # Java's GZIPInputStream reads concatenated members and stops quietly at
-    # anything after a member that is not another gzip header.
-    parts = []
+    # anything after a member that is not another gzip header. Input is fed
+    # in chunks that start small and grow within a member, so that zlib's copy
+    # of the bytes after each member stays proportional to the member: a
+    # flood of tiny members costs linear, not quadratic, time.
+    view = memoryview(data).cast("B")
+    cdef Py_ssize_t n = len(view)
+    cdef Py_ssize_t off = 0
     cdef Py_ssize_t total = 0
-    rest = bytes(data)
-    first = True
-    while first or rest[:2] == b"\x1f\x8b":
-        first = False
+    cdef Py_ssize_t chunk
+    parts = []
+    while True:
         inflater = zlib.decompressobj(31)
-        chunk = inflater.decompress(rest, limit - total + 1)
-        total += len(chunk)
-        if total > limit:
-            raise _too_big(limit)
-        parts.append(chunk)
-        if not inflater.eof:
-            if inflater.unconsumed_tail:
+        chunk = 256
+        while not inflater.eof:
+            if off >= n:
+                raise CorruptRecordError("gzip stream is truncated")
+            piece = view[off:off + chunk]
+            off += len(piece)
+            out = inflater.decompress(piece, limit - total + 1)
+            total += len(out)
+            # Output stops at the limit + 1 bytes, leaving input unconsumed:
+            # either way the records section is too big.
+            if total > limit or inflater.unconsumed_tail:
                 raise _too_big(limit)
-            raise CorruptRecordError("gzip stream is truncated")
-        rest = inflater.unused_data
+            parts.append(out)
+            if chunk < 262144:
+                chunk *= 4
+        off -= len(inflater.unused_data)
+        if view[off:off + 2].tobytes() != b"\x1f\x8b":
+            break
     return b"".join(parts)
 
 
@@ -221,15 +233,27 @@ def _unlz4(data, Py_ssize_t limit, bint legacy_header):
             if _LE32.unpack_from(view, pos)[0] != xxhash.xxh32_intdigest(view[pos - n:pos]):
                 raise CorruptRecordError("LZ4 block checksum mismatch")
             pos += 4
-    # The library would verify a content checksum, which Kafka ignores, and
-    # a magic 0 header checksum, which is wrong by design: those go block by block.
-    if not legacy_header and not (flg & 0x04) and len(blocks) * max_block <= limit:
+    # The library would verify a content checksum, which Kafka ignores, a
+    # magic 0 header checksum, which is wrong by design, and would trust a
+    # declared content size for its allocation: those go block by block.
+    if not legacy_header and not (flg & 0x0C) and len(blocks) * max_block <= limit:
         return _lz4_frame.decompress(view[:pos])
     parts = []
     cdef Py_ssize_t total = 0
     for start, n, stored in blocks:
         block = view[start:start + n]
-        chunk = block.tobytes() if stored else _lz4_block.decompress(block, uncompressed_size=max_block)
+        if stored:
+            chunk = block.tobytes()
+        else:
+            # A block may not expand past what is left of the limit.
+            room = max(1, min(max_block, limit - total))
+            try:
+                chunk = _lz4_block.decompress(block, uncompressed_size=room)
+            except _lz4_block.LZ4BlockError:
+                if room < max_block:
+                    raise CorruptRecordError(
+                        f"LZ4 block is corrupt or decompresses past the {limit}-byte limit") from None
+                raise
         total += len(chunk)
         if total > limit:
             raise _too_big(limit)

@@ -85,6 +85,8 @@ cdef class LegacyEntry:
 cdef tuple _message(const unsigned char[::1] b, Py_ssize_t pos, Py_ssize_t base, bint verify_crc):
     """Parse the entry at `pos`; return (offset, size, magic, crc, attrs, ts, key, value)."""
     cdef Py_ssize_t n = b.shape[0]
+    if pos < 0:
+        raise CorruptRecordError(f"negative position {pos}", -1)
     if n - pos < LOG_OVERHEAD + 5:
         raise CorruptRecordError(f"truncated legacy entry: {n - pos} bytes left", base + pos)
     cdef int64_t offset = _be64(b, pos)
@@ -176,12 +178,17 @@ cdef list _inner_records(bytes inner, int64_t wrapper_offset, int8_t magic, int8
         cur += m[1] + LOG_OVERHEAD
     if not messages:
         raise InvalidRecordError("compressed legacy message has no inner records", pos)
-    cdef int64_t shift = 0
-    cdef int64_t last_inner = messages[len(messages) - 1][0]
+    # Python ints: a hostile wrapper offset must not wrap around in C.
+    shift = 0
+    last_inner = messages[len(messages) - 1][0]
     if magic >= 1 and wrapper_offset != 0:
         if wrapper_offset < last_inner:
             raise InvalidRecordError(
                 f"wrapper offset {wrapper_offset} is below its last inner offset {last_inner}", pos)
         shift = wrapper_offset - last_inner
+    inner_offsets = [m[0] + shift for m in messages]
+    if min(inner_offsets) < -(1 << 63) or max(inner_offsets) >= (1 << 63):
+        raise InvalidRecordError("inner offsets fall outside the int64 range", pos)
     cdef bint append_time = magic >= 1 and (attrs & 0x08)
-    return [Record(m[0] + shift, wrapper_ts if append_time else m[5], m[6], m[7]) for m in messages]
+    return [Record(o, wrapper_ts if append_time else m[5], m[6], m[7])
+            for o, m in zip(inner_offsets, messages)]

@@ -651,8 +651,8 @@ cdef struct Growable:
     Py_ssize_t capacity
 
 
-cdef int _reserve(Growable* g, Py_ssize_t extra) except -1:
-    cdef Py_ssize_t want = g.size + extra
+cdef inline int _grow(Growable* g, Py_ssize_t want) noexcept nogil:
+    """Make room for `want` bytes in total; -1 if out of memory."""
     cdef Py_ssize_t cap
     cdef char* grown
     if want <= g.capacity:
@@ -662,9 +662,15 @@ cdef int _reserve(Growable* g, Py_ssize_t extra) except -1:
         cap = want
     grown = <char*>realloc(g.data, cap)
     if grown == NULL:
-        raise MemoryError()
+        return -1
     g.data = grown
     g.capacity = cap
+    return 0
+
+
+cdef int _reserve(Growable* g, Py_ssize_t extra) except -1:
+    if _grow(g, g.size + extra) != 0:
+        raise MemoryError()
     return 0
 
 
@@ -703,6 +709,19 @@ cdef class Columns:
                                                    buf(self.value_data)], self.value_null_count),
         ]
         return pa.RecordBatch.from_arrays(arrays, names=["offset", "timestamp", "key", "value"])
+
+
+cdef int _clear_bits_from(Growable* g, Py_ssize_t first, Py_ssize_t stop) except -1:
+    """Make room for `stop` bits and zero bits first..stop-1; `size` stays the committed bytes."""
+    cdef Py_ssize_t need = (stop + 7) // 8
+    if _grow(g, need) != 0:
+        raise MemoryError()
+    if first & 7:
+        g.data[first >> 3] = <char>(g.data[first >> 3] & ((1 << (first & 7)) - 1))
+        first = (first + 7) & ~7
+    if first // 8 < need:
+        memset(g.data + first // 8, 0, need - first // 8)
+    return 0
 
 
 cdef inline void _set_bit(char* bitmap, Py_ssize_t i) noexcept nogil:
@@ -754,18 +773,21 @@ cdef class ColumnarBuilder:
         free(self.value_valid.data)
 
     def add_batch(self, buf, Py_ssize_t pos=0, *, int64_t start_offset=-9223372036854775807 - 1,
-                  int64_t end_offset=9223372036854775807, bint skip_control=True,
+                  end_offset=None, bint skip_control=True,
                   bint verify_crc=True, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
         """Append the records of the v2 batch at `pos` with start_offset <= offset < end_offset.
 
-        Returns the header. Control batches are skipped unless skip_control is false.
+        end_offset None means no upper bound. Returns the header. Control
+        batches are skipped unless skip_control is false.
         """
+        cdef bint bounded = end_offset is not None
+        cdef int64_t stop = end_offset if bounded else 0
         cdef _Buffer b = _Buffer(buf)
         cdef const unsigned char* p = <const unsigned char*>b.buf.buf
         cdef BatchHeader h = _checked_header(buf, p, b.buf.len, pos, 0, verify_crc)
         if skip_control and (h.attributes & CONTROL_FLAG):
             return h
-        if h.base_offset + h.last_offset_delta < start_offset or h.base_offset >= end_offset:
+        if h.base_offset + h.last_offset_delta < start_offset or (bounded and h.base_offset >= stop):
             return h
         cdef Py_ssize_t start, end
         owner = _records_section(buf, p, h, pos, max_decompressed, &start, &end)
@@ -778,15 +800,13 @@ cdef class ColumnarBuilder:
         _reserve(&self.timestamps, 8 * <Py_ssize_t>count)
         _reserve(&self.key_offsets, 4 * <Py_ssize_t>count)
         _reserve(&self.value_offsets, 4 * <Py_ssize_t>count)
-        _reserve(&self.key_data, end - start)
+        # Values get the records section as an upper bound up front; keys,
+        # usually small, grow as they come. Reserving the bound twice made
+        # every call fault in twice the memory it used.
         _reserve(&self.value_data, end - start)
-        _reserve(&self.key_valid, (total + 7) // 8 - self.key_valid.size)
-        _reserve(&self.value_valid, (total + 7) // 8 - self.value_valid.size)
-        if self.key_valid.size < (total + 7) // 8:
-            memset(self.key_valid.data + self.key_valid.size, 0, (total + 7) // 8 - self.key_valid.size)
-            memset(self.value_valid.data + self.value_valid.size, 0, (total + 7) // 8 - self.value_valid.size)
-            self.key_valid.size = (total + 7) // 8
-            self.value_valid.size = (total + 7) // 8
+        # Bits past the committed rows may be left over from a rejected batch.
+        _clear_bits_from(&self.key_valid, self.count, total)
+        _clear_bits_from(&self.value_valid, self.count, total)
         cdef int64_t base_offset = h.base_offset
         cdef int64_t base_ts = h.base_timestamp
         cdef int64_t max_ts = h.max_timestamp
@@ -816,11 +836,14 @@ cdef class ColumnarBuilder:
                     break
                 start = r.end
                 offset = base_offset + r.offset_delta
-                if offset < start_offset or offset >= end_offset:
+                if offset < start_offset or (bounded and offset >= stop):
                     continue
                 offsets[n] = offset
                 timestamps[n] = max_ts if append_time else base_ts + r.timestamp_delta
                 if r.key_pos >= 0:
+                    if _grow(&self.key_data, key_size + r.key_len) != 0:
+                        rc = -2
+                        break
                     memcpy(self.key_data.data + key_size, p + r.key_pos, r.key_len)
                     key_size += r.key_len
                     _set_bit(self.key_valid.data, n)
@@ -837,6 +860,8 @@ cdef class ColumnarBuilder:
                 value_offsets[n] = <int32_t>value_size
             if rc == 0 and start != end:
                 rc = _fail(&e, "bytes remain after the last record", start)
+        if rc == -2:
+            raise MemoryError()
         if rc != 0:
             # Nothing of a corrupt batch is kept: sizes are only committed below.
             _raise_parse(&e, 0, owner is not None, pos)

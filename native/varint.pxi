@@ -63,6 +63,11 @@ cdef inline Py_ssize_t read_varint(const unsigned char* p, Py_ssize_t pos, Py_ss
         out[0] = <int32_t>((b >> 1) ^ (-(b & 1)))
         return pos
     u = b & 0x7F
+    # Lengths and offset deltas of ordinary records take two bytes.
+    if pos < end and p[pos] < 0x80:
+        u |= (<uint32_t>p[pos]) << 7
+        out[0] = <int32_t>((u >> 1) ^ (-(u & 1)))
+        return pos + 1
     while True:
         if pos >= end:
             return VARINT_TRUNCATED

@@ -111,7 +111,8 @@ def read_control_record(record: Record) -> ControlRecord:
     return ControlRecord(version, kind, int.from_bytes(value[2:6], "big", signed=True), marker_version)
 
 
-def iter_entries(buf, start: int = 0, *, verify_crc: bool = True) -> Iterator[Entry]:
+def iter_entries(buf, start: int = 0, *, verify_crc: bool = True,
+                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Iterator[Entry]:
     """Walk the entries of a log buffer from `start`, Kafka's FileLogInputStream rules.
 
     Stops quietly at a partial tail (fewer than 17 bytes, or an entry running
@@ -121,6 +122,8 @@ def iter_entries(buf, start: int = 0, *, verify_crc: bool = True) -> Iterator[En
     """
     view = memoryview(buf).cast("B")
     end = len(view)
+    if start < 0:
+        raise ValueError(f"negative start position {start}")
     pos = start
     while end - pos >= MIN_ENTRY_PREFIX:
         size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
@@ -132,17 +135,19 @@ def iter_entries(buf, start: int = 0, *, verify_crc: bool = True) -> Iterator[En
         if magic == 2:
             yield validate_batch(view, pos, verify_crc=verify_crc)
         elif magic in (0, 1):
-            yield decode_legacy(view, pos, verify_crc=verify_crc)
+            yield decode_legacy(view, pos, verify_crc=verify_crc, max_decompressed=max_decompressed)
         else:
             raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_POSITION)
         pos += LOG_OVERHEAD + size
 
 
-def decode_entry(buf, entry: Entry, *, verify_crc: bool = True) -> list:
+def decode_entry(buf, entry: Entry, *, verify_crc: bool = True,
+                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list:
     """The records of an entry yielded by iter_entries (control records included)."""
     if isinstance(entry, LegacyEntry):
         return entry.records
-    return decode_records(buf, entry.position, verify_crc=verify_crc)
+    return decode_records(buf, entry.position, verify_crc=verify_crc,
+                          max_decompressed=max_decompressed)
 
 
 def entry_end(entry: Entry) -> int:
