@@ -29,6 +29,7 @@ extensions = [
     Extension(
         "logstore.native." + name[:-4],
         [os.path.join("native", name)],
+        include_dirs=["native"],
         extra_compile_args=["-O3"],
     )
     for name in sorted(os.listdir(os.path.join(HERE, "native")))

@@ -342,98 +342,54 @@ def validate_records(buf, *, bint client=False, int64_t max_batch_size=-1, bint 
 # Record parsing shared by every decoder
 
 
-cdef struct RawRecord:
-    int64_t timestamp_delta
-    int32_t offset_delta
-    Py_ssize_t key_pos       # -1: null key
-    int32_t key_len
-    Py_ssize_t value_pos     # -1: null value
-    int32_t value_len
-    int32_t header_count
-    Py_ssize_t headers_pos
-    Py_ssize_t end
+cdef extern from "records.h":
+    ctypedef struct RawRecord "ls_record":
+        int64_t timestamp_delta
+        int32_t offset_delta
+        Py_ssize_t key_pos
+        int32_t key_len
+        Py_ssize_t value_pos
+        int32_t value_len
+        int32_t header_count
+        Py_ssize_t headers_pos
+        Py_ssize_t end
 
+    ctypedef struct ParseError "ls_error":
+        const char* message
+        Py_ssize_t position
 
-cdef struct ParseError:
-    const char* message
-    Py_ssize_t position
+    int _parse_record "ls_parse_record" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+                                         RawRecord* r, ParseError* e) noexcept nogil
+
+    ctypedef struct Growable "ls_growable":
+        char* data
+        Py_ssize_t size
+        Py_ssize_t capacity
+
+    int _grow "ls_grow" (Growable* g, Py_ssize_t want) noexcept nogil
+
+    ctypedef struct ColumnarAppend "ls_columnar":
+        int64_t base_offset, base_ts, max_ts, start_offset, stop
+        int append_time, bounded
+        int32_t count, last_delta
+        int64_t* offsets
+        int64_t* timestamps
+        int32_t* key_offsets
+        int32_t* value_offsets
+        Growable* key_data
+        char* value_data
+        unsigned char* key_valid
+        unsigned char* value_valid
+        Py_ssize_t n, key_size, value_size, key_nulls, value_nulls
+
+    int _columnar_append "ls_columnar_append" (ColumnarAppend* c, const unsigned char* p,
+                                               Py_ssize_t pos, Py_ssize_t end, ParseError* e) noexcept nogil
 
 
 cdef inline int _fail(ParseError* e, const char* message, Py_ssize_t position) noexcept nogil:
     e.message = message
     e.position = position
     return -1
-
-
-cdef inline int _parse_record(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
-                              RawRecord* r, ParseError* e) noexcept nogil:
-    """Parse one record starting at `pos`; its body must end by `end`."""
-    cdef int32_t length
-    cdef int32_t n
-    cdef int32_t i
-    cdef Py_ssize_t start = pos
-    cdef Py_ssize_t body_end
-    pos = read_varint(p, pos, end, &length)
-    if pos < 0:
-        return _fail(e, "record length varint is malformed or truncated", start)
-    if length < 6 or length > end - pos:
-        return _fail(e, "record length is out of bounds", start)
-    body_end = pos + length
-    pos += 1  # attributes: unused
-    pos = read_varlong(p, pos, body_end, &r.timestamp_delta)
-    if pos < 0:
-        return _fail(e, "record timestamp delta is malformed", start)
-    pos = read_varint(p, pos, body_end, &r.offset_delta)
-    if pos < 0:
-        return _fail(e, "record offset delta is malformed", start)
-    pos = read_varint(p, pos, body_end, &n)
-    if pos < 0:
-        return _fail(e, "record key length is malformed", start)
-    if n >= 0:
-        if n > body_end - pos:
-            return _fail(e, "record key runs past the record", start)
-        r.key_pos = pos
-        r.key_len = n
-        pos += n
-    else:
-        r.key_pos = -1
-        r.key_len = -1
-    pos = read_varint(p, pos, body_end, &n)
-    if pos < 0:
-        return _fail(e, "record value length is malformed", start)
-    if n >= 0:
-        if n > body_end - pos:
-            return _fail(e, "record value runs past the record", start)
-        r.value_pos = pos
-        r.value_len = n
-        pos += n
-    else:
-        r.value_pos = -1
-        r.value_len = -1
-    pos = read_varint(p, pos, body_end, &r.header_count)
-    if pos < 0:
-        return _fail(e, "record header count is malformed", start)
-    if r.header_count < 0 or r.header_count > body_end - pos:
-        return _fail(e, "invalid number of record headers", start)
-    r.headers_pos = pos
-    for i in range(r.header_count):
-        pos = read_varint(p, pos, body_end, &n)
-        if pos < 0:
-            return _fail(e, "header key length is malformed", start)
-        if n < 0 or n > body_end - pos:
-            return _fail(e, "invalid header key length", start)
-        pos += n
-        pos = read_varint(p, pos, body_end, &n)
-        if pos < 0:
-            return _fail(e, "header value length is malformed", start)
-        if n >= 0:
-            if n > body_end - pos:
-                return _fail(e, "header value runs past the record", start)
-            pos += n
-    if pos != body_end:
-        return _fail(e, "invalid record size: fields do not fill the record length", start)
-    r.end = body_end
-    return 0
 
 
 cdef inline int _check_delta(RawRecord* r, int32_t* prev, int32_t last_delta,
@@ -645,29 +601,6 @@ cdef NativeBuffer _adopt(char* data, Py_ssize_t size):
     return nb
 
 
-cdef struct Growable:
-    char* data
-    Py_ssize_t size
-    Py_ssize_t capacity
-
-
-cdef inline int _grow(Growable* g, Py_ssize_t want) noexcept nogil:
-    """Make room for `want` bytes in total; -1 if out of memory."""
-    cdef Py_ssize_t cap
-    cdef char* grown
-    if want <= g.capacity:
-        return 0
-    cap = g.capacity * 2 if g.capacity else 4096
-    if cap < want:
-        cap = want
-    grown = <char*>realloc(g.data, cap)
-    if grown == NULL:
-        return -1
-    g.data = grown
-    g.capacity = cap
-    return 0
-
-
 cdef int _reserve(Growable* g, Py_ssize_t extra) except -1:
     if _grow(g, g.size + extra) != 0:
         raise MemoryError()
@@ -807,71 +740,48 @@ cdef class ColumnarBuilder:
         # Bits past the committed rows may be left over from a rejected batch.
         _clear_bits_from(&self.key_valid, self.count, total)
         _clear_bits_from(&self.value_valid, self.count, total)
-        cdef int64_t base_offset = h.base_offset
-        cdef int64_t base_ts = h.base_timestamp
-        cdef int64_t max_ts = h.max_timestamp
-        cdef bint append_time = h.attributes & TIMESTAMP_TYPE_MASK
-        cdef int32_t last = h.last_offset_delta
-        cdef int32_t prev = -1
-        cdef int64_t offset
-        cdef int rc = 0
-        cdef Py_ssize_t n = self.count
-        cdef RawRecord r
+        cdef ColumnarAppend c
         cdef ParseError e
-        cdef int32_t i
-        cdef int64_t* offsets = <int64_t*>self.offsets.data
-        cdef int64_t* timestamps = <int64_t*>self.timestamps.data
-        cdef int32_t* key_offsets = <int32_t*>self.key_offsets.data
-        cdef int32_t* value_offsets = <int32_t*>self.value_offsets.data
-        cdef Py_ssize_t key_size = self.key_data.size
-        cdef Py_ssize_t value_size = self.value_data.size
-        cdef Py_ssize_t key_nulls = self.key_nulls
-        cdef Py_ssize_t value_nulls = self.value_nulls
+        cdef int rc
+        c.base_offset = h.base_offset
+        c.base_ts = h.base_timestamp
+        c.max_ts = h.max_timestamp
+        c.start_offset = start_offset
+        c.stop = stop
+        c.append_time = 1 if h.attributes & TIMESTAMP_TYPE_MASK else 0
+        c.bounded = bounded
+        c.count = h.record_count
+        c.last_delta = h.last_offset_delta
+        c.offsets = <int64_t*>self.offsets.data
+        c.timestamps = <int64_t*>self.timestamps.data
+        c.key_offsets = <int32_t*>self.key_offsets.data
+        c.value_offsets = <int32_t*>self.value_offsets.data
+        c.key_data = &self.key_data
+        c.value_data = self.value_data.data
+        c.key_valid = <unsigned char*>self.key_valid.data
+        c.value_valid = <unsigned char*>self.value_valid.data
+        c.n = self.count
+        c.key_size = self.key_data.size
+        c.value_size = self.value_data.size
+        c.key_nulls = self.key_nulls
+        c.value_nulls = self.value_nulls
         with nogil:
-            for i in range(count):
-                rc = _parse_record(p, start, end, &r, &e)
-                if rc == 0:
-                    rc = _check_delta(&r, &prev, last, start, &e)
-                if rc != 0:
-                    break
-                start = r.end
-                offset = base_offset + r.offset_delta
-                if offset < start_offset or (bounded and offset >= stop):
-                    continue
-                offsets[n] = offset
-                timestamps[n] = max_ts if append_time else base_ts + r.timestamp_delta
-                if r.key_pos >= 0:
-                    if _grow(&self.key_data, key_size + r.key_len) != 0:
-                        rc = -2
-                        break
-                    memcpy(self.key_data.data + key_size, p + r.key_pos, r.key_len)
-                    key_size += r.key_len
-                    _set_bit(self.key_valid.data, n)
-                else:
-                    key_nulls += 1
-                if r.value_pos >= 0:
-                    memcpy(self.value_data.data + value_size, p + r.value_pos, r.value_len)
-                    value_size += r.value_len
-                    _set_bit(self.value_valid.data, n)
-                else:
-                    value_nulls += 1
-                n += 1
-                key_offsets[n] = <int32_t>key_size
-                value_offsets[n] = <int32_t>value_size
-            if rc == 0 and start != end:
-                rc = _fail(&e, "bytes remain after the last record", start)
+            rc = _columnar_append(&c, p, start, end, &e)
         if rc == -2:
             raise MemoryError()
         if rc != 0:
             # Nothing of a corrupt batch is kept: sizes are only committed below.
             _raise_parse(&e, 0, owner is not None, pos)
+        cdef Py_ssize_t n = c.n
+        cdef Py_ssize_t key_size = c.key_size
+        cdef Py_ssize_t value_size = c.value_size
         if key_size > 2147483647 or value_size > 2147483647:
             raise OverflowError("column data exceeds 2 GiB; finish() more often")
         self.count = n
         self.key_data.size = key_size
         self.value_data.size = value_size
-        self.key_nulls = key_nulls
-        self.value_nulls = value_nulls
+        self.key_nulls = c.key_nulls
+        self.value_nulls = c.value_nulls
         self.offsets.size = 8 * n
         self.timestamps.size = 8 * n
         self.key_offsets.size = 4 * (n + 1)
