@@ -78,7 +78,7 @@ def compress(int codec, data, level=None):
 
 def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
                Py_ssize_t position=-1, bint legacy_lz4_header=False):
-    """Decompress a records section; errors report byte `position` of the batch."""
+    """Decompress a records section (bytes or bytearray); errors report byte `position` of the batch."""
     try:
         if codec == GZIP:
             out = _gunzip(data, limit)
@@ -237,7 +237,10 @@ def _unlz4(data, Py_ssize_t limit, bint legacy_header):
     # magic 0 header checksum, which is wrong by design, and would trust a
     # declared content size for its allocation: those go block by block.
     if not legacy_header and not (flg & 0x0C) and len(blocks) * max_block <= limit:
-        return _lz4_frame.decompress(view[:pos])
+        # Straight into a buffer of the worst-case size: no regrowth, no copy.
+        out = bytearray(len(blocks) * max_block)
+        del out[cramjam.lz4.decompress_into(view[:pos], out):]
+        return out
     parts = []
     cdef Py_ssize_t total = 0
     for start, n, stored in blocks:

@@ -160,11 +160,11 @@ def decode_legacy(buf, Py_ssize_t pos=0, *, bint verify_crc=True,
     return entry
 
 
-cdef list _inner_records(bytes inner, int64_t wrapper_offset, int8_t magic, int8_t attrs,
+cdef list _inner_records(object inner, int64_t wrapper_offset, int8_t magic, int8_t attrs,
                          int64_t wrapper_ts, Py_ssize_t pos, bint verify_crc):
-    cdef const unsigned char[::1] b = inner
+    cdef const unsigned char[::1] b = memoryview(inner).cast("B")
     cdef Py_ssize_t cur = 0
-    cdef Py_ssize_t n = len(inner)
+    cdef Py_ssize_t n = b.shape[0]
     messages = []
     while cur < n:
         try:

@@ -22,9 +22,10 @@ Every parse is bounded by the buffer; every failure is a CorruptRecordError
 run without the GIL.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
+from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
@@ -431,18 +432,20 @@ cdef _walk_records(const unsigned char* p, Py_ssize_t start, Py_ssize_t end,
         _raise_parse(&e, base, False, base)
 
 
-cdef object _records_section(object buf, const unsigned char* p, BatchHeader h, Py_ssize_t pos,
-                             Py_ssize_t limit, Py_ssize_t* start, Py_ssize_t* end):
-    """Return (owner, pointer base) of the plain records of the batch at `pos`."""
+cdef _Buffer _records_section(object buf, BatchHeader h, Py_ssize_t pos, Py_ssize_t limit,
+                              Py_ssize_t* start, Py_ssize_t* end):
+    """The decompressed records of the batch at `pos` (None when uncompressed:
+    they are buf[start:end])."""
     cdef int codec = h.attributes & CODEC_MASK
     cdef Py_ssize_t stop = pos + h.batch_length + LOG_OVERHEAD
     if codec == 0:
         start[0] = pos + HEADER_SIZE
         end[0] = stop
         return None
-    raw = decompress(codec, memoryview(buf)[pos + HEADER_SIZE:stop], limit, pos + HEADER_SIZE)
+    cdef _Buffer raw = _Buffer(decompress(codec, memoryview(buf)[pos + HEADER_SIZE:stop], limit,
+                                          pos + HEADER_SIZE))
     start[0] = 0
-    end[0] = len(raw)
+    end[0] = raw.buf.len
     if h.record_count > end[0] // MIN_RECORD_SIZE:
         raise CorruptRecordError(
             f"record count {h.record_count} cannot fit in {end[0]} decompressed bytes", pos + 57)
@@ -519,9 +522,9 @@ def decode_records(buf, Py_ssize_t pos=0, *, bint verify_crc=True,
     cdef const unsigned char* p = <const unsigned char*>b.buf.buf
     cdef BatchHeader h = _checked_header(buf, p, b.buf.len, pos, 0, verify_crc)
     cdef Py_ssize_t start, end
-    owner = _records_section(buf, p, h, pos, max_decompressed, &start, &end)
+    cdef _Buffer owner = _records_section(buf, h, pos, max_decompressed, &start, &end)
     if owner is not None:
-        p = <const unsigned char*>PyBytes_AS_STRING(owner)
+        p = <const unsigned char*>owner.buf.buf
     cdef int32_t count = h.record_count
     cdef int32_t last = h.last_offset_delta
     cdef int32_t prev = -1
@@ -723,9 +726,9 @@ cdef class ColumnarBuilder:
         if h.base_offset + h.last_offset_delta < start_offset or (bounded and h.base_offset >= stop):
             return h
         cdef Py_ssize_t start, end
-        owner = _records_section(buf, p, h, pos, max_decompressed, &start, &end)
+        cdef _Buffer owner = _records_section(buf, h, pos, max_decompressed, &start, &end)
         if owner is not None:
-            p = <const unsigned char*>PyBytes_AS_STRING(owner)
+            p = <const unsigned char*>owner.buf.buf
         cdef int32_t count = h.record_count
         cdef Py_ssize_t total = self.count + count
         # Bounded by the records section: count <= section / MIN_RECORD_SIZE.
@@ -957,7 +960,8 @@ cdef bytes _finish_batch(const unsigned char* records, Py_ssize_t records_len, i
     """Compress if asked, then write the header and CRC. `out` may already hold
     the uncompressed records at position 61."""
     if codec != 0:
-        packed = compress(codec, PyBytes_FromStringAndSize(<const char*>records, records_len), level)
+        # A read-only view of the encoded records: the compressor reads them in place.
+        packed = compress(codec, PyMemoryView_FromMemory(<char*>records, records_len, PyBUF_READ), level)
         records_len = len(packed)
         out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE + records_len)
         memcpy(PyBytes_AS_STRING(out) + HEADER_SIZE, PyBytes_AS_STRING(packed), records_len)
