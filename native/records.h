@@ -231,26 +231,33 @@ __attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const un
     int32_t *key_offsets = c->key_offsets, *value_offsets = c->value_offsets;
     char *value_data = c->value_data;
     unsigned char *key_valid = c->key_valid, *value_valid = c->value_valid;
+    /* Locals, not c->...: the stores below could alias the struct, which
+     * would force a reload of every field on every record. */
+    const int64_t base_offset = c->base_offset, base_ts = c->base_ts, max_ts = c->max_ts;
+    const int64_t start_offset = c->start_offset, stop = c->stop;
+    const int append_time = c->append_time, bounded = c->bounded;
+    const int32_t count = c->count, last_delta = c->last_delta;
+    ls_growable *key_data = c->key_data;
 
-    for (i = 0; i < c->count; i++) {
+    for (i = 0; i < count; i++) {
         if (LS_UNLIKELY(ls_parse_record(p, pos, end, &r, e) != 0))
             return -1;
-        if (LS_UNLIKELY(r.offset_delta <= prev || r.offset_delta > c->last_delta)) {
+        if (LS_UNLIKELY(r.offset_delta <= prev || r.offset_delta > last_delta)) {
             e->message = "record offset delta is out of order or past lastOffsetDelta";
             e->position = pos;
             return -1;
         }
         prev = r.offset_delta;
         pos = r.end;
-        offset = c->base_offset + r.offset_delta;
-        if (offset < c->start_offset || (c->bounded && offset >= c->stop))
+        offset = base_offset + r.offset_delta;
+        if (offset < start_offset || (bounded && offset >= stop))
             continue;
         offsets[n] = offset;
-        timestamps[n] = c->append_time ? c->max_ts : c->base_ts + r.timestamp_delta;
+        timestamps[n] = append_time ? max_ts : base_ts + r.timestamp_delta;
         if (r.key_pos >= 0) {
-            if (LS_UNLIKELY(ls_grow(c->key_data, key_size + r.key_len) != 0))
+            if (LS_UNLIKELY(ls_grow(key_data, key_size + r.key_len) != 0))
                 return -2;
-            memcpy(c->key_data->data + key_size, p + r.key_pos, r.key_len);
+            memcpy(key_data->data + key_size, p + r.key_pos, r.key_len);
             key_size += r.key_len;
             key_valid[n >> 3] |= (unsigned char)(1u << (n & 7));
         } else {
