@@ -64,6 +64,10 @@ def compress(int codec, data, level=None):
             parts.append(block)
         return b"".join(parts)
     if codec == LZ4:
+        # Levels 3 and up switch liblz4 to LZ4-HC, which Kafka's producers
+        # do not use by default and which is several times slower to write.
+        if level is not None and level >= 3:
+            raise ValueError(f"LZ4 level {level} would select LZ4-HC; use a fast level (<= 2)")
         return _lz4_frame.compress(
             data, compression_level=0 if level is None else level,
             block_size=_lz4_frame.BLOCKSIZE_MAX64KB, block_linked=False,

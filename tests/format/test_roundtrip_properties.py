@@ -237,3 +237,9 @@ def test_control_records_are_kept_when_asked():
 def test_sequence_arithmetic_wraps_at_int32_max(seq, n):
     assert K.increment_sequence(seq, n) == (seq + n) % 2**31
     assert K.decrement_sequence(K.increment_sequence(seq, n), n) == seq
+
+
+@pytest.mark.parametrize("level", [3, 9, 12])
+def test_lz4_refuses_levels_that_select_lz4_hc(level):
+    with pytest.raises(ValueError, match="LZ4-HC"):
+        K.encode_batch([b"k"], [b"v"], timestamps=1, compression=K.LZ4, compression_level=level)
