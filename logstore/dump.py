@@ -159,7 +159,7 @@ class SegmentScan:
                 except StopIteration:
                     self._tail(view, pos)
                     return None
-                except Exception as exc:  # noqa: BLE001 - every failure becomes a report
+                except CorruptRecordError as exc:  # every decode failure becomes a report
                     refused = self._refused(view, pos, exc)
                     if refused is None:
                         return None
@@ -184,7 +184,7 @@ class SegmentScan:
         try:
             K.validate_batch(view, h.position)
             crc_valid = True
-        except Exception as exc:  # noqa: BLE001
+        except CorruptRecordError as exc:
             crc_valid = not _is_crc_mismatch(exc, h.position + _V2_CRC_AT)
             errors.append(_problem(exc, h.position))
         batch = {
@@ -208,7 +208,7 @@ class SegmentScan:
     def _v2_records(self, view, h, errors: list) -> list:
         try:
             records = K.decode_records(view, h.position, verify_crc=False)
-        except Exception as exc:  # noqa: BLE001
+        except CorruptRecordError as exc:
             errors.append(_problem(exc, h.position))
             return []
         out = []
@@ -219,7 +219,7 @@ class SegmentScan:
             if h.is_control:
                 try:
                     control = K.read_control_record(record)
-                except Exception as exc:  # noqa: BLE001
+                except CorruptRecordError as exc:
                     errors.append(_problem(exc, h.position))
                 else:
                     item["controlKey"] = {"version": control.version, "type": control.type,
@@ -234,7 +234,7 @@ class SegmentScan:
         try:
             K.decode_legacy(view, entry.position)
             crc_valid = True
-        except Exception as exc:  # noqa: BLE001
+        except CorruptRecordError as exc:
             crc_valid = not _is_crc_mismatch(exc, entry.position + _LEGACY_CRC_AT)
             errors.append(_problem(exc, entry.position))
         v0 = entry.magic == 0

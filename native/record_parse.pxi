@@ -18,6 +18,11 @@ cdef extern from "records.h":
         const char* message
         Py_ssize_t position
 
+    Py_ssize_t read_varint "ls_varint" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+                                        int32_t* out) noexcept nogil
+    Py_ssize_t read_varlong "ls_varlong" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+                                          int64_t* out) noexcept nogil
+
     int _parse_record "ls_parse_record" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
                                          RawRecord* r, ParseError* e) noexcept nogil
 

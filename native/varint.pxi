@@ -1,12 +1,7 @@
-# Kafka record-level varints (on-disk-format.md §0.1): zigzag over LEB128,
-# at most 5 bytes for int32 and 10 for int64; writers emit the shortest form.
-# Included textually so every hot loop inlines them.
+# Writing Kafka record-level varints (on-disk-format.md §0.1): zigzag over
+# LEB128, shortest form; and big-endian header fields. Reading varints is
+# records.h's ls_varint / ls_varlong. Included textually so hot loops inline them.
 from libc.stdint cimport int8_t, int16_t, int32_t, int64_t, uint16_t, uint32_t, uint64_t
-
-cdef enum:
-    VARINT_TRUNCATED = -1
-    VARINT_TOO_LONG = -2
-
 
 cdef inline Py_ssize_t uvarint_size(uint64_t v) noexcept nogil:
     cdef Py_ssize_t n = 1
@@ -47,70 +42,6 @@ cdef inline unsigned char* write_varint(unsigned char* p, int32_t n) noexcept no
 
 cdef inline unsigned char* write_varlong(unsigned char* p, int64_t n) noexcept nogil:
     return write_uvarint(p, zigzag64(n))
-
-
-cdef inline Py_ssize_t read_varint(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
-                                   int32_t* out) noexcept nogil:
-    """Returns the position after the varint, or VARINT_TRUNCATED / VARINT_TOO_LONG."""
-    cdef uint32_t u
-    cdef uint32_t b
-    cdef int shift = 7
-    if pos >= end:
-        return VARINT_TRUNCATED
-    b = p[pos]
-    pos += 1
-    if b < 0x80:
-        out[0] = <int32_t>((b >> 1) ^ (-(b & 1)))
-        return pos
-    u = b & 0x7F
-    # Lengths and offset deltas of ordinary records take two bytes.
-    if pos < end and p[pos] < 0x80:
-        u |= (<uint32_t>p[pos]) << 7
-        out[0] = <int32_t>((u >> 1) ^ (-(u & 1)))
-        return pos + 1
-    while True:
-        if pos >= end:
-            return VARINT_TRUNCATED
-        b = p[pos]
-        pos += 1
-        # Bits past 32 fall off, as in Kafka's int arithmetic.
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        if shift == 28:
-            return VARINT_TOO_LONG
-        shift += 7
-    out[0] = <int32_t>((u >> 1) ^ (-(u & 1)))
-    return pos
-
-
-cdef inline Py_ssize_t read_varlong(const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
-                                    int64_t* out) noexcept nogil:
-    """Returns the position after the varlong, or VARINT_TRUNCATED / VARINT_TOO_LONG."""
-    cdef uint64_t u
-    cdef uint64_t b
-    cdef int shift = 7
-    if pos >= end:
-        return VARINT_TRUNCATED
-    b = p[pos]
-    pos += 1
-    if b < 0x80:
-        out[0] = <int64_t>((b >> 1) ^ (-(b & 1)))
-        return pos
-    u = b & 0x7F
-    while True:
-        if pos >= end:
-            return VARINT_TRUNCATED
-        b = p[pos]
-        pos += 1
-        u |= (b & 0x7F) << shift
-        if b < 0x80:
-            break
-        if shift == 63:
-            return VARINT_TOO_LONG
-        shift += 7
-    out[0] = <int64_t>((u >> 1) ^ (-(u & 1)))
-    return pos
 
 
 cdef inline int32_t read_be32(const unsigned char* p) noexcept nogil:

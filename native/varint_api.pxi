@@ -24,11 +24,9 @@ def decode_varint(buf, Py_ssize_t pos=0):
     """(value, next position) of the zigzag varint at `pos`."""
     cdef _Buffer b = _Buffer(buf)
     cdef int32_t value
-    cdef Py_ssize_t end = read_varint(<const unsigned char*>b.buf.buf, pos, b.buf.len, &value) if pos >= 0 else VARINT_TRUNCATED
-    if end == VARINT_TOO_LONG:
-        raise CorruptRecordError("varint is longer than 5 bytes", pos)
+    cdef Py_ssize_t end = read_varint(<const unsigned char*>b.buf.buf, pos, b.buf.len, &value) if pos >= 0 else -1
     if end < 0:
-        raise CorruptRecordError("varint is truncated", pos)
+        raise CorruptRecordError("varint is truncated or longer than 5 bytes", pos)
     return value, end
 
 
@@ -36,11 +34,9 @@ def decode_varlong(buf, Py_ssize_t pos=0):
     """(value, next position) of the zigzag varlong at `pos`."""
     cdef _Buffer b = _Buffer(buf)
     cdef int64_t value
-    cdef Py_ssize_t end = read_varlong(<const unsigned char*>b.buf.buf, pos, b.buf.len, &value) if pos >= 0 else VARINT_TRUNCATED
-    if end == VARINT_TOO_LONG:
-        raise CorruptRecordError("varlong is longer than 10 bytes", pos)
+    cdef Py_ssize_t end = read_varlong(<const unsigned char*>b.buf.buf, pos, b.buf.len, &value) if pos >= 0 else -1
     if end < 0:
-        raise CorruptRecordError("varlong is truncated", pos)
+        raise CorruptRecordError("varlong is truncated or longer than 10 bytes", pos)
     return value, end
 
 
