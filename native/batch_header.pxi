@@ -104,11 +104,6 @@ cdef BatchHeader _read_header(const unsigned char* p, int64_t position):
     return h
 
 
-cdef struct View:
-    const unsigned char* p
-    Py_ssize_t n
-
-
 cdef class _Buffer:
     # Holds a Py_buffer for the duration of one call.
     cdef Py_buffer buf
