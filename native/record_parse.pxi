@@ -23,6 +23,9 @@ cdef extern from "records.h":
     Py_ssize_t read_varlong "ls_varlong" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
                                           int64_t* out) noexcept nogil
 
+    int _check_delta "ls_check_delta" (const RawRecord* r, int32_t* prev, int32_t last_delta,
+                                       Py_ssize_t pos, ParseError* e) noexcept nogil
+
     int _parse_record "ls_parse_record" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
                                          RawRecord* r, ParseError* e) noexcept nogil
 
@@ -56,13 +59,6 @@ cdef inline int _fail(ParseError* e, const char* message, Py_ssize_t position) n
     e.position = position
     return -1
 
-
-cdef inline int _check_delta(RawRecord* r, int32_t* prev, int32_t last_delta,
-                             Py_ssize_t pos, ParseError* e) noexcept nogil:
-    if r.offset_delta <= prev[0] or r.offset_delta > last_delta:
-        return _fail(e, "record offset delta is out of order or past lastOffsetDelta", pos)
-    prev[0] = r.offset_delta
-    return 0
 
 
 cdef _raise_parse(ParseError* e, Py_ssize_t base, bint compressed, Py_ssize_t batch_pos):

@@ -178,6 +178,19 @@ LS_INLINE int ls_parse_record(const unsigned char *p, Py_ssize_t pos, Py_ssize_t
 
 #undef LS_FAIL
 
+/* Offset deltas must increase and stay within lastOffsetDelta (§10). */
+LS_INLINE int ls_check_delta(const ls_record *r, int32_t *prev, int32_t last_delta,
+                             Py_ssize_t pos, ls_error *e)
+{
+    if (LS_UNLIKELY(r->offset_delta <= *prev || r->offset_delta > last_delta)) {
+        e->message = "record offset delta is out of order or past lastOffsetDelta";
+        e->position = pos;
+        return -1;
+    }
+    *prev = r->offset_delta;
+    return 0;
+}
+
 /* A malloc'd byte buffer that grows by doubling. */
 typedef struct {
     char *data;
@@ -242,12 +255,8 @@ __attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const un
     for (i = 0; i < count; i++) {
         if (LS_UNLIKELY(ls_parse_record(p, pos, end, &r, e) != 0))
             return -1;
-        if (LS_UNLIKELY(r.offset_delta <= prev || r.offset_delta > last_delta)) {
-            e->message = "record offset delta is out of order or past lastOffsetDelta";
-            e->position = pos;
+        if (LS_UNLIKELY(ls_check_delta(&r, &prev, last_delta, pos, e) != 0))
             return -1;
-        }
-        prev = r.offset_delta;
         pos = r.end;
         offset = base_offset + r.offset_delta;
         if (offset < start_offset || (bounded && offset >= stop))
