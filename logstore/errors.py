@@ -142,3 +142,45 @@ class RecordTooLargeError(CorruptRecordError):
     """A batch larger than the limit the caller set (max.message.bytes)."""
 
     error_name = "MESSAGE_TOO_LARGE"
+
+
+class StorageError(LogStoreError):
+    """A log that cannot be read or written as asked (a file, an index, a closed log)."""
+
+    error_name = "KAFKA_STORAGE_ERROR"
+
+
+class OffsetOutOfRangeError(LogStoreError):
+    """A read or lookup outside [log start offset, log end offset]."""
+
+    error_name = "OFFSET_OUT_OF_RANGE"
+
+
+class InvalidTopicError(LogStoreError):
+    """A topic name Kafka's rules refuse (characters, length, `.` or `..`)."""
+
+    error_name = "INVALID_TOPIC_EXCEPTION"
+
+
+class TopicExistsError(LogStoreError):
+    """A create for a topic that is already there."""
+
+    error_name = "TOPIC_ALREADY_EXISTS"
+
+
+class UnknownTopicOrPartitionError(LogStoreError):
+    """A topic or partition this store does not hold."""
+
+    error_name = "UNKNOWN_TOPIC_OR_PARTITION"
+
+
+class InvalidPartitionsError(LogStoreError):
+    """A partition count below 1."""
+
+    error_name = "INVALID_PARTITIONS"
+
+
+class InvalidConfigError(LogStoreError):
+    """A config name that does not exist or a value out of its range."""
+
+    error_name = "INVALID_CONFIG"

@@ -6,8 +6,11 @@ offset int64, size int32, 4 format-specific bytes and the magic byte at 16.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
-from typing import Iterator, Union
+from typing import Iterator, NamedTuple, Union
+
+from crc32c import crc32c
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
 from logstore.native.compression import (
@@ -59,7 +62,8 @@ __all__ = [
     "decode_columnar", "decode_entry", "decode_legacy", "decode_records", "decode_unsigned_varint", "decode_varint",
     "decode_varlong", "decrement_sequence", "encode_batch", "encode_control_batch",
     "encode_unsigned_varint", "encode_varint", "encode_varlong", "entry_end",
-    "increment_sequence", "iter_entries",
+    "increment_sequence", "iter_entries", "AppendInfo", "EntryBounds", "validate_append",
+    "assign_offsets", "peek_entry", "build_control_batch",
     "read_control_record", "read_header", "validate_batch", "validate_records",
 ]
 
@@ -153,3 +157,120 @@ def decode_entry(buf, entry: Entry, *, verify_crc: bool = True,
 def entry_end(entry: Entry) -> int:
     """The byte position just after an entry."""
     return entry.position + entry.size_in_bytes
+
+
+# What the storage layer asks of a format (see logstore/formats/__init__.py).
+
+NAME = "kafka"
+build_control_batch = encode_control_batch
+_BE_I64 = struct.Struct(">q")
+_BE_I32 = struct.Struct(">i")
+_ATTRIBUTES = struct.Struct(">h")
+TIMESTAMP_TYPE_FLAG = 0x08
+
+
+class EntryBounds(NamedTuple):
+    """The framing of one entry, read from its first bytes only (no CRC)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    magic: int
+
+
+def peek_entry(buf, pos: int = 0) -> EntryBounds | None:
+    """Framing of the entry at `pos`, or None if its header is not all in `buf`.
+
+    Only offsets, size, magic and the max timestamp are read; the bytes after
+    the header may lie beyond `buf`. A legacy entry's offset field is its last
+    offset, and Kafka keeps no first offset for it.
+    """
+    view = memoryview(buf)
+    available = len(view) - pos
+    if available < MIN_ENTRY_PREFIX:
+        return None
+    offset = _BE_I64.unpack_from(view, pos)[0]
+    size = _BE_I32.unpack_from(view, pos + 8)[0]
+    if size < MIN_ENTRY_SIZE:
+        raise CorruptRecordError(f"entry size {size} is below the minimum {MIN_ENTRY_SIZE}", pos + 8)
+    magic = view[pos + MAGIC_POSITION]
+    if magic == 2:
+        if available < RECORD_BATCH_OVERHEAD:
+            return None
+        if size + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"record batch length {size} is below the minimum", pos + 8)
+        delta = _BE_I32.unpack_from(view, pos + 23)[0]
+        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset + delta,
+                           _BE_I64.unpack_from(view, pos + 35)[0], 2)
+    if magic == 1:
+        if available < 30:
+            return None
+        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset, _BE_I64.unpack_from(view, pos + 22)[0], 1)
+    if magic == 0:
+        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset, -1, 0)
+    raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_POSITION)
+
+
+@dataclass
+class AppendInfo:
+    """What validating a records field found: its batches and the offsets they need."""
+
+    batches: list
+    size: int
+    offset_count: int
+    record_count: int
+    max_timestamp: int
+    max_timestamp_batch: int
+    """Index in `batches` of the batch holding the max timestamp (its last offset is indexed)."""
+
+
+def validate_append(buf, *, client: bool = True, max_batch_size: int = -1) -> AppendInfo:
+    """Check a records field about to be appended and summarise it (no offsets assigned yet).
+
+    `client=True` applies Kafka's produce rules; internal writers (markers,
+    coordinators) pass False so control batches are allowed.
+    """
+    batches = validate_records(buf, client=client, max_batch_size=max_batch_size)
+    if not batches:
+        raise InvalidRecordError("an append needs at least one record batch", 0)
+    offset_count = records = 0
+    max_ts, max_index = -1, 0
+    for i, header in enumerate(batches):
+        offset_count += header.last_offset_delta + 1
+        records += header.record_count
+        if header.max_timestamp > max_ts:
+            max_ts, max_index = header.max_timestamp, i
+    return AppendInfo(batches, len(memoryview(buf)), offset_count, records, max_ts, max_index)
+
+
+def assign_offsets(buf, info: AppendInfo, base_offset: int, *, leader_epoch: int = -1,
+                   log_append_time: int | None = None) -> int:
+    """Write offsets (and the leader epoch) into a writable records field; returns the last offset.
+
+    The headers in `info` keep the values they were validated with.
+
+    Base offset and leader epoch sit outside the CRC, so this is a patch in
+    place. With `log_append_time` (message.timestamp.type=LogAppendTime) the
+    max timestamp and timestamp type change too and the CRC is recomputed.
+    """
+    view = memoryview(buf)
+    if view.readonly:
+        raise TypeError("assign_offsets needs a writable buffer")
+    offset = base_offset
+    for header in info.batches:
+        pos = header.position
+        _BE_I64.pack_into(view, pos, offset)
+        _BE_I32.pack_into(view, pos + 12, leader_epoch)
+        if log_append_time is not None:
+            end = pos + header.size_in_bytes
+            attributes = header.attributes | TIMESTAMP_TYPE_FLAG
+            _ATTRIBUTES.pack_into(view, pos + 21, attributes)
+            _BE_I64.pack_into(view, pos + 35, log_append_time)
+            crc = crc32c(view[pos + 21:end])
+            struct.pack_into(">I", view, pos + 17, crc)
+        offset += header.last_offset_delta + 1
+    if log_append_time is not None:
+        info.max_timestamp, info.max_timestamp_batch = log_append_time, 0
+    return offset - 1

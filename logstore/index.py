@@ -1,0 +1,320 @@
+"""A segment's index files: `.index`, `.timeindex` (mmap'd) and `.txnindex`.
+
+Byte layouts and rules are on-disk-format.md §5.3–5.5. The offset and time
+indexes are preallocated to `segment.index.bytes` while their segment is
+active and trimmed to whole entries when it rolls or closes; a trimmed file
+is trusted to hold exactly `length / entry size` entries on reopen, which
+is why an unclean shutdown rebuilds the indexes of the segments it touched.
+The searches are native (`logstore.native.index`).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass
+
+from logstore.errors import LogStoreError
+from logstore.native.index import IndexFullError, InvalidOffsetError, OffsetIndexCore, TimeIndexCore
+
+__all__ = ["AbortedTxn", "CorruptIndexError", "IndexFullError", "InvalidOffsetError", "OffsetIndex",
+           "TimeIndex", "TxnIndex"]
+
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+
+
+class CorruptIndexError(LogStoreError):
+    """An index file that fails its sanity check; the loader rebuilds it from the log."""
+
+    error_name = "CORRUPT_MESSAGE"
+
+
+class _MappedIndex:
+    """An index file mapped into memory, with its first `entries` slots valid."""
+
+    entry_size = 0
+    core_type = OffsetIndexCore
+
+    def __init__(self, path: str, base_offset: int, max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+                 *, writable: bool = True):
+        self.path = path
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self.writable = writable
+        new = not os.path.exists(path)
+        if new and not writable:
+            raise FileNotFoundError(path)
+        self._fd = os.open(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
+        length = os.fstat(self._fd).st_size
+        if new:
+            length = self._round(max_index_size)
+            os.ftruncate(self._fd, length)
+            entries = 0
+        else:
+            entries = length // self.entry_size
+        self._map(length, entries)
+
+    def _round(self, size: int) -> int:
+        return size // self.entry_size * self.entry_size
+
+    def _map(self, length: int, entries: int) -> None:
+        self.length = length
+        if length == 0:
+            self._mmap = None
+        else:
+            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
+            self._mmap = mmap.mmap(self._fd, length, access=access)
+        self.core = self.core_type(self._mmap, self.base_offset, min(entries, length // self.entry_size))
+
+    def _unmap(self) -> None:
+        self.core.release()
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+
+    @property
+    def entries(self) -> int:
+        """How many entries the index holds."""
+        return self.core.entries
+
+    @property
+    def max_entries(self) -> int:
+        """How many entries fit in the file at its current length."""
+        return self.length // self.entry_size
+
+    @property
+    def is_full(self) -> bool:
+        """Whether the segment must roll before the next entry."""
+        return self.core.is_full
+
+    def resize(self, size: int) -> bool:
+        """Set the file length (rounded down to whole entries, never below the entries held)."""
+        length = max(self._round(size), self.entries * self.entry_size)
+        if length == self.length:
+            return False
+        entries = self.entries
+        self._unmap()
+        os.ftruncate(self._fd, length)
+        self._map(length, entries)
+        return True
+
+    def trim(self) -> None:
+        """Cut the file to its entries, as Kafka does when a segment stops being active."""
+        self.resize(0)
+
+    def make_active(self) -> None:
+        """Grow the file back to `segment.index.bytes` so appends have room."""
+        self.resize(self.max_index_size)
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self.core.set_entries(0)
+        self.make_active()
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries at or above `offset`."""
+        self.core.truncate_to(offset)
+
+    def flush(self) -> None:
+        """Write the mapped pages to disk."""
+        if self._mmap is not None and self.writable:
+            self._mmap.flush()
+
+    def close(self, *, trim: bool = True) -> None:
+        """Trim (when writable), unmap and close the file."""
+        if self._fd < 0:
+            return
+        if trim and self.writable:
+            self.trim()
+        self._unmap()
+        os.close(self._fd)
+        self._fd = -1
+
+    def rename(self, path: str) -> None:
+        """Move the file; the mapping follows it."""
+        os.rename(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        """Close and remove the file."""
+        self.close(trim=False)
+        os.unlink(self.path)
+
+    def check_length(self) -> None:
+        """Kafka's length rule: a whole number of entries."""
+        if self.length % self.entry_size:
+            raise CorruptIndexError(f"{self.path}: length {self.length} is not a multiple of {self.entry_size}")
+
+
+class OffsetIndex(_MappedIndex):
+    """`.index`: offset → position of the batch that holds it."""
+
+    entry_size = 8
+    core_type = OffsetIndexCore
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """(offset, position) of the largest entry at or below `offset`, or (base offset, 0)."""
+        return self.core.lookup(offset)
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry; offsets must strictly increase."""
+        self.core.append(offset, position)
+
+    def last_entry(self) -> tuple[int, int]:
+        """The newest entry, or (base offset, 0)."""
+        return self.core.last_entry()
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(offset, position) in `slot`."""
+        return self.core.entry(slot)
+
+    def sanity_check(self, log_size: int) -> None:
+        """Raise CorruptIndexError if the file cannot be this segment's index."""
+        self.check_length()
+        if self.entries:
+            offset, position = self.last_entry()
+            if offset < self.base_offset:
+                raise CorruptIndexError(f"{self.path}: last offset {offset} is below the base offset")
+            if position >= log_size:
+                raise CorruptIndexError(f"{self.path}: position {position} is past the log's {log_size} bytes")
+
+
+class TimeIndex(_MappedIndex):
+    """`.timeindex`: max timestamp so far → offset of the batch that holds it."""
+
+    entry_size = 12
+    core_type = TimeIndexCore
+
+    def lookup(self, timestamp: int) -> tuple[int, int]:
+        """(timestamp, offset) of the largest entry at or below `timestamp`, or (-1, base offset)."""
+        return self.core.lookup(timestamp)
+
+    def maybe_append(self, timestamp: int, offset: int, *, final: bool = False) -> bool:
+        """Add an entry if `timestamp` beats the last one; `final` may use the reserved slot."""
+        return self.core.maybe_append(timestamp, offset, final)
+
+    def last_entry(self) -> tuple[int, int]:
+        """The newest entry, or (-1, base offset)."""
+        return self.core.last_entry()
+
+    def entry(self, slot: int) -> tuple[int, int]:
+        """(timestamp, offset) in `slot`."""
+        return self.core.entry(slot)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if the file cannot be this segment's time index."""
+        self.check_length()
+        if self.entries:
+            first_ts = self.entry(0)[0]
+            last_ts, last_offset = self.last_entry()
+            if last_ts < first_ts:
+                raise CorruptIndexError(f"{self.path}: last timestamp {last_ts} is below the first {first_ts}")
+            if last_offset < self.base_offset:
+                raise CorruptIndexError(f"{self.path}: last offset {last_offset} is below the base offset")
+
+
+@dataclass(frozen=True)
+class AbortedTxn:
+    """One `.txnindex` entry: an aborted transaction's range and the LSO when it ended."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+_ABORTED = struct.Struct(">hqqqq")
+
+
+class TxnIndex:
+    """`.txnindex`: aborted transactions, appended in marker order; created on first use."""
+
+    entry_size = _ABORTED.size
+
+    def __init__(self, path: str, base_offset: int):
+        self.path = path
+        self.base_offset = base_offset
+        self._entries: list[AbortedTxn] | None = None
+
+    @property
+    def entries(self) -> list[AbortedTxn]:
+        """Every entry in the file; a partial trailing entry is ignored, as Kafka does."""
+        if self._entries is None:
+            self._entries = self._read()
+        return self._entries
+
+    def _read(self) -> list[AbortedTxn]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        found = []
+        for pos in range(0, len(data) - self.entry_size + 1, self.entry_size):
+            if data[pos] != 0:
+                raise CorruptIndexError(f"{self.path}: unknown aborted-transaction version at byte {pos}")
+            _, pid, first, last, lso = _ABORTED.unpack_from(data, pos)
+            found.append(AbortedTxn(pid, first, last, lso))
+        return found
+
+    def append(self, txn: AbortedTxn) -> None:
+        """Add an entry; last offsets must increase."""
+        entries = self.entries
+        if entries and txn.last_offset <= entries[-1].last_offset:
+            raise InvalidOffsetError(
+                f"aborted transaction ending at {txn.last_offset} is not after {entries[-1].last_offset}")
+        with open(self.path, "r+b" if os.path.exists(self.path) else "wb") as f:
+            f.seek(len(entries) * self.entry_size)
+            f.write(_ABORTED.pack(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset))
+            f.truncate()
+        entries.append(txn)
+
+    def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
+        """Entries overlapping [fetch_offset, upper_bound); True once a later segment cannot add any."""
+        found = []
+        for txn in self.entries:
+            if txn.last_offset >= fetch_offset and txn.first_offset < upper_bound:
+                found.append(txn)
+            if txn.last_stable_offset >= upper_bound:
+                return found, True
+        return found, False
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop entries whose marker is at or above `offset`."""
+        keep = [t for t in self.entries if t.last_offset < offset]
+        if len(keep) != len(self.entries) and os.path.exists(self.path):
+            os.truncate(self.path, len(keep) * self.entry_size)
+        self._entries = keep
+
+    def reset(self) -> None:
+        """Drop every entry."""
+        self.truncate_to(-1)
+
+    def sanity_check(self) -> None:
+        """Raise CorruptIndexError if an entry ends below the segment."""
+        for txn in self.entries:
+            if txn.last_offset < self.base_offset:
+                raise CorruptIndexError(f"{self.path}: aborted transaction ends at {txn.last_offset}, "
+                                        f"below the base offset {self.base_offset}")
+
+    def flush(self) -> None:
+        """Make the file durable (appends are written through at once)."""
+        if os.path.exists(self.path):
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def rename(self, path: str) -> None:
+        """Move the file if it exists."""
+        if os.path.exists(self.path):
+            os.rename(self.path, path)
+        self.path = path
+
+    def delete(self) -> None:
+        """Remove the file if it exists."""
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,562 @@
+"""One partition: a `<topic>-<partition>` directory of segments.
+
+Appends are serialised by one lock and never wait for the disk unless the
+caller asks for durability; then they share fsyncs (group commit): whoever
+finds no fsync running starts one that covers everything appended so far,
+and everyone who arrives meanwhile waits for the next. Reads take no lock:
+they work from the current segment list and pread the files.
+"""
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT
+from logstore.config import LogConfig
+from logstore.epoch_cache import LeaderEpochCache
+from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
+from logstore.formats import DEFAULT_FORMAT
+from logstore.loader import RecoveryReport, load_log
+from logstore.segment import DELETED_SUFFIX, FileSlice, LogSegment
+
+log = logging.getLogger(__name__)
+
+LATEST_TIMESTAMP = -1
+EARLIEST_TIMESTAMP = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """Where an append landed: its offsets, the max timestamp, the broker's time if it stamped them."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    size: int
+
+
+@dataclass(frozen=True)
+class FetchData:
+    """A read: the batch bytes as a file slice (possibly ending mid-batch, as Kafka's do)."""
+
+    fetch_offset: int
+    records: FileSlice | None
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def size(self) -> int:
+        """Bytes in the slice."""
+        return self.records.size if self.records is not None else 0
+
+    def read(self) -> bytes:
+        """The bytes of the slice."""
+        return self.records.read() if self.records is not None else b""
+
+
+def parse_partition_dir(name: str) -> tuple[str, int]:
+    """`orders-3` → ("orders", 3)."""
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
+    return topic, int(partition)
+
+
+class Log:
+    """A partition log: append, read, roll, truncate, retention, flush."""
+
+    def __init__(self, directory: str, segments: list[LogSegment], *, config: LogConfig,
+                 log_end_offset: int, log_start_offset: int, recovery_point: int,
+                 report: RecoveryReport | None = None, fmt=DEFAULT_FORMAT):
+        self.directory = directory
+        self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
+        self.config = config
+        self.format = fmt
+        self.recovery_report = report
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._next_offset = log_end_offset
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._lock = threading.RLock()
+        self._flush_cond = threading.Condition()
+        self._flushing = False
+        self._last_flush = time.monotonic()
+        self._pending_deletes: list[tuple[float, LogSegment]] = []
+        self._closed = False
+        self.epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        self.epoch_cache.truncate_from_end(log_end_offset)
+        self.epoch_cache.truncate_from_start(log_start_offset)
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
+             recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
+             on_batch: Callable | None = None) -> "Log":
+        """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean."""
+        config = config or LogConfig()
+        os.makedirs(directory, exist_ok=True)
+        loaded = load_log(directory, config, clean_shutdown=clean_shutdown, recovery_point=recovery_point,
+                          log_start_offset=log_start_offset, fmt=fmt, on_batch=on_batch)
+        return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
+                   log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
+                   report=loaded.report, fmt=fmt)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next append gets."""
+        return self._next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        """On a single node every appended offset is replicated: the log end offset."""
+        return self._next_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a read may ask for."""
+        return self._log_start_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is on disk (fsynced)."""
+        return self._recovery_point
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        """The segments, oldest first."""
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        """The segment appends go to."""
+        return self._segments[-1]
+
+    @property
+    def size(self) -> int:
+        """Bytes in every segment."""
+        return sum(s.size for s in self._segments)
+
+    def _segment_index(self, offset: int, bases: list[int]) -> int:
+        return max(bisect.bisect_right(bases, offset) - 1, 0)
+
+    # -- appends -------------------------------------------------------------------------
+
+    def append(self, records, *, leader_epoch: int = 0, client: bool = True, durable: bool = False) -> AppendResult:
+        """Validate a records field, give it the next offsets and write it.
+
+        `client=True` applies Kafka's produce rules (internal writers pass
+        False to write control batches). `durable=True` returns only after
+        an fsync that covers this append, shared with concurrent appends.
+        """
+        buf = records if not memoryview(records).readonly else bytearray(records)
+        config = self.config
+        info = self.format.validate_append(buf, client=client,
+                                           max_batch_size=config.max_message_bytes if client else -1)
+        for header in info.batches:
+            if header.size_in_bytes > config.segment_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {header.size_in_bytes} bytes is larger than segment.bytes {config.segment_bytes}",
+                    header.position)
+        with self._lock:
+            self._check_open()
+            first = self._next_offset
+            now = int(time.time() * 1000)
+            append_time = now if config.log_append_time else None
+            last = self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch,
+                                              log_append_time=append_time)
+            max_ts = info.max_timestamp
+            offset_of_max = (first if append_time is not None else
+                             first + sum(h.last_offset_delta + 1 for h in info.batches[:info.max_timestamp_batch + 1]) - 1)
+            segment = self._maybe_roll(info.size, last, max_ts, now)
+            segment.append(buf, last, max_ts, offset_of_max)
+            if leader_epoch >= 0:
+                self.epoch_cache.assign(leader_epoch, first)
+            self._next_offset = last + 1
+            result = AppendResult(first, last, max_ts, offset_of_max,
+                                  append_time if append_time is not None else -1,
+                                  self._log_start_offset, info.record_count, info.size)
+        if durable:
+            self.flush(last + 1)
+        elif self._next_offset - self._recovery_point >= config.flush_messages:
+            self.flush()
+        return result
+
+    def append_records(self, values: Iterable, *, keys: Sequence | None = None, headers: Sequence | None = None,
+                       timestamps=None, compression: int = 0, durable: bool = False) -> AppendResult:
+        """Build one batch from values (and keys, headers, timestamps) and append it."""
+        values = list(values)
+        keys = list(keys) if keys is not None else [None] * len(values)
+        batch = self.format.encode_batch(keys, values, headers, timestamps, compression=compression)
+        return self.append(bytearray(batch), durable=durable)
+
+    def _maybe_roll(self, size: int, last_offset: int, max_timestamp: int, now: int) -> LogSegment:
+        segment = self._segments[-1]
+        config = self.config
+        roll_ms = config.segment_ms - (hash(self.directory) % (config.segment_jitter_ms + 1)
+                                       if config.segment_jitter_ms else 0)
+        if (segment.is_full_for(size, config.segment_bytes, last_offset)
+                or (segment.size > 0 and segment.time_waited_for_roll(now, max_timestamp) > roll_ms)):
+            return self.roll()
+        return segment
+
+    def roll(self) -> LogSegment:
+        """Start a new segment at the log end offset (the old one's indexes are trimmed)."""
+        with self._lock:
+            self._check_open()
+            old = self._segments[-1]
+            if old.base_offset == self._next_offset and old.size == 0:
+                return old
+            old.on_becoming_inactive()
+            new = LogSegment(self.directory, self._next_offset, index_interval_bytes=self.config.index_interval_bytes,
+                             max_index_size=self.config.segment_index_bytes, fmt=self.format)
+            self._set_segments(self._segments + [new])
+            log.debug("%s: rolled to segment %d", self.directory, new.base_offset)
+        _flusher.submit(self, new.base_offset)
+        return new
+
+    def _set_segments(self, segments: list[LogSegment]) -> None:
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+
+    # -- flushing ------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """Make every offset below `offset` (default: all) durable; concurrent callers share fsyncs."""
+        with self._flush_cond:
+            while True:
+                target = self._next_offset if offset is None else min(offset, self._next_offset)
+                if self._recovery_point >= target or self._closed:
+                    return
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                self._flush_cond.wait()
+        end = self._recovery_point
+        try:
+            # Everything appended before this point rides on this fsync, not just `target`.
+            # No lock: appends write their bytes before moving the end, and
+            # segments only leave the list while no flush is running.
+            end = self._next_offset
+            segments = self._segments
+            start = self._recovery_point
+            for i, segment in enumerate(segments):
+                next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+                if next_base is not None and next_base <= start:
+                    continue
+                if segment.base_offset >= end:
+                    break
+                if next_base is None:
+                    segment.flush_log()
+                else:
+                    segment.flush()
+        finally:
+            with self._flush_cond:
+                self._flushing = False
+                self._recovery_point = max(self._recovery_point, end)
+                self._last_flush = time.monotonic()
+                self._flush_cond.notify_all()
+
+    @contextlib.contextmanager
+    def _flush_idle(self):
+        """Hold off flushes while segments are closed under them."""
+        with self._flush_cond:
+            while self._flushing:
+                self._flush_cond.wait()
+            yield
+
+    def flush_if_due(self, now: float | None = None) -> bool:
+        """Flush when flush.ms has passed since the last flush and something is unflushed."""
+        now = time.monotonic() if now is None else now
+        if self._recovery_point < self._next_offset and (now - self._last_flush) * 1000 >= self.config.flush_ms:
+            self.flush()
+            return True
+        return False
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def read(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: int | None = None,
+             min_one_message: bool = True) -> FetchData:
+        """Batch bytes from the one holding `offset`, up to `max_bytes` and below `max_offset`.
+
+        Like Kafka's, the slice may end inside a batch when `max_bytes` cuts
+        it; readers drop a partial last batch. Raises OffsetOutOfRangeError
+        outside [log start offset, log end offset].
+        """
+        segments, bases = self._segments, self._bases
+        end = self._next_offset
+        start = self._log_start_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.directory}")
+        upper = end if max_offset is None else min(max_offset, end)
+        if offset >= upper:
+            return FetchData(offset, None, end, start)
+        for i in range(self._segment_index(offset, bases), len(segments)):
+            segment = segments[i]
+            max_position = None
+            if i == len(segments) - 1 or upper < bases[i + 1]:
+                found = segment.translate_offset(upper)
+                max_position = found.position if found is not None else segment.size
+            result = segment.read(offset, max_bytes, max_position, min_one_message)
+            if result is not None:
+                return FetchData(offset, result[1] if result[1].size else None, end, start)
+        return FetchData(offset, None, end, start)
+
+    def iter_records(self, offset: int | None = None, *, max_offset: int | None = None,
+                     include_control: bool = False, chunk_bytes: int = 1 << 20) -> Iterator:
+        """Every record from `offset` (default: the log start) below `max_offset`, decoded."""
+        offset = self._log_start_offset if offset is None else offset
+        upper = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        while offset < upper:
+            data = self.read(offset, chunk_bytes, max_offset=upper)
+            if data.records is None:
+                return
+            buf = data.read()
+            next_offset = offset
+            for entry in self.format.iter_entries(buf):
+                next_offset = entry.last_offset + 1
+                if getattr(entry, "is_control", False) and not include_control:
+                    continue
+                for record in self.format.decode_entry(buf, entry):
+                    if offset <= record.offset < upper:
+                        yield record
+            if next_offset <= offset:
+                raise StorageError(f"{self.directory}: no whole batch at offset {offset}")
+            offset = next_offset
+
+    def read_records(self, offset: int, max_records: int | None = None, **kwargs) -> list:
+        """Decoded records from `offset`, at most `max_records`."""
+        found = []
+        for record in self.iter_records(offset, **kwargs):
+            found.append(record)
+            if max_records is not None and len(found) >= max_records:
+                break
+        return found
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """ListOffsets: (offset, timestamp) of the first record at or after `timestamp`.
+
+        -1 is the latest offset (the high watermark), -2 and -4 the earliest,
+        -3 the record with the largest timestamp. None when no record is late enough.
+        """
+        if timestamp == LATEST_TIMESTAMP:
+            return (self.high_watermark, -1)
+        if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+            return (self._log_start_offset, -1)
+        segments = list(self._segments)
+        if timestamp == MAX_TIMESTAMP:
+            best = max(segments, key=lambda s: s.max_timestamp)
+            max_ts, batch_last = best.max_timestamp_and_offset
+            if max_ts < 0:
+                return None
+            found = best.translate_offset(batch_last)
+            start = found.base_offset if found is not None else best.base_offset
+            return best.find_offset_by_timestamp(max_ts, max(start, self._log_start_offset))
+        if timestamp < 0:
+            raise ValueError(f"unknown special timestamp {timestamp}")
+        for segment in segments:
+            if segment.largest_timestamp >= timestamp:
+                found = segment.find_offset_by_timestamp(timestamp, self._log_start_offset)
+                if found is not None:
+                    return found
+        return None
+
+    # -- truncation and retention ----------------------------------------------------------
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch from the one holding `offset` onwards."""
+        with self._lock, self._flush_idle():
+            self._check_open()
+            if offset >= self._next_offset:
+                return
+            if offset <= self._segments[0].base_offset:
+                self._truncate_fully(offset)
+                return
+            keep = [s for s in self._segments if s.base_offset < offset]
+            for segment in self._segments[len(keep):]:
+                segment.delete()
+            active = keep[-1]
+            active.truncate_to(offset)
+            active.make_active()
+            self._set_segments(keep)
+            self._next_offset = max(active.read_next_offset(), active.base_offset)
+            self._after_truncation()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment and start an empty log at `offset`."""
+        with self._lock, self._flush_idle():
+            self._check_open()
+            self._truncate_fully(offset)
+
+    def _truncate_fully(self, offset: int) -> None:
+        for segment in self._segments:
+            segment.delete()
+        fresh = LogSegment(self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
+                           max_index_size=self.config.segment_index_bytes, fmt=self.format)
+        self._set_segments([fresh])
+        self._next_offset = offset
+        self._log_start_offset = offset
+        self.epoch_cache.clear()
+        self._after_truncation()
+
+    def _after_truncation(self) -> None:
+        self._recovery_point = min(self._recovery_point, self._next_offset)
+        self._log_start_offset = min(self._log_start_offset, self._next_offset)
+        self.epoch_cache.truncate_from_end(self._next_offset)
+
+    def delete_records(self, offset: int) -> int:
+        """Move the log start offset up to `offset` (DeleteRecords); returns the new start."""
+        with self._lock:
+            self._check_open()
+            if offset > self.high_watermark or offset < 0:
+                raise OffsetOutOfRangeError(f"cannot delete records up to {offset}: high watermark is "
+                                            f"{self.high_watermark}")
+            if offset > self._log_start_offset:
+                self._log_start_offset = offset
+                self.epoch_cache.truncate_from_start(offset)
+                self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset)
+            return self._log_start_offset
+
+    def delete_old_segments(self, now_ms: int | None = None) -> int:
+        """Retention: remove whole segments past retention.ms, over retention.bytes, or below the
+        log start offset; never the active one. Returns how many went."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        config = self.config
+        with self._lock:
+            self._check_open()
+            deleted = self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset)
+            if not config.deletes:
+                return deleted
+            if config.retention_ms >= 0:
+                deleted += self._delete_segments(lambda seg, nxt: now_ms - seg.largest_timestamp > config.retention_ms)
+            if config.retention_bytes >= 0:
+                excess = self.size - config.retention_bytes
+
+                def over_size(seg, nxt):
+                    nonlocal excess
+                    if excess - seg.size < 0:
+                        return False
+                    excess -= seg.size
+                    return True
+                deleted += self._delete_segments(over_size)
+            return deleted
+
+    def _delete_segments(self, predicate) -> int:
+        """Delete the oldest segments while `predicate(segment, next)` holds, keeping the active one."""
+        segments = self._segments
+        count = 0
+        while count < len(segments) - 1 and predicate(segments[count], segments[count + 1]):
+            count += 1
+        if not count:
+            return 0
+        doomed, kept = segments[:count], segments[count:]
+        self._set_segments(kept)
+        self._log_start_offset = max(self._log_start_offset, kept[0].base_offset)
+        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        due = time.monotonic() + self.config.file_delete_delay_ms / 1000
+        for segment in doomed:
+            # Kafka's two-step delete: readers holding a slice keep a valid file until the delay passes.
+            segment.rename_with_suffix(DELETED_SUFFIX)
+            self._pending_deletes.append((due, segment))
+        log.info("%s: deleted segments %s", self.directory, [s.base_offset for s in doomed])
+        return count
+
+    def delete_expired_files(self, now: float | None = None, *, all_now: bool = False) -> int:
+        """Remove `.deleted` segments whose file.delete.delay.ms has passed."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [p for p in self._pending_deletes if all_now or p[0] <= now]
+            self._pending_deletes = [p for p in self._pending_deletes if p not in due]
+        with self._flush_idle():
+            for _, segment in due:
+                segment.delete()
+        return len(due)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"log {self.directory} is closed")
+
+    def close(self) -> None:
+        """Flush, trim the indexes and close every file (a clean shutdown of this partition)."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            with self._flush_cond:
+                self._closed = True
+                self._flush_cond.notify_all()
+            self.delete_expired_files(all_now=True)
+            for segment in self._segments:
+                segment.close()
+
+    def delete(self) -> None:
+        """Close and remove the whole directory."""
+        with self._lock, self._flush_idle():
+            if not self._closed:
+                self._closed = True
+                for _, segment in self._pending_deletes:
+                    segment.delete()
+                self._pending_deletes = []
+                for segment in self._segments:
+                    segment.delete()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> "Log":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
+                f"end={self._next_offset}, segments={len(self._segments)})")
+
+
+class _Flusher:
+    """One background thread that flushes segments that just rolled, as Kafka's scheduler does."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queue: list[tuple[Log, int]] = []
+        self._thread: threading.Thread | None = None
+
+    def submit(self, log_: Log, offset: int) -> None:
+        """Flush `log_` up to `offset` soon."""
+        with self._cond:
+            self._queue.append((log_, offset))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="logstore-flusher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    if not self._cond.wait(timeout=5.0):
+                        self._thread = None
+                        return
+                log_, offset = self._queue.pop(0)
+            try:
+                log_.flush(offset)
+            except (OSError, ValueError) as exc:
+                log.warning("%s: background flush failed: %s", log_.directory, exc)
+
+
+_flusher = _Flusher()

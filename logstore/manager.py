@@ -1,0 +1,333 @@
+"""LogManager: every partition under `log.dirs`, its checkpoints and its schedule.
+
+Opening a store reads the per-directory checkpoints, loads every
+`<topic>-<partition>` directory in parallel (recovering them if the clean
+shutdown marker is missing) and removes the marker, so a crash from here on
+is seen as unclean. Closing flushes every log, writes the checkpoints and
+then the marker. Topic names follow Kafka's rule, which also keeps every
+path inside the data directory.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from logstore.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpoint,
+    read_clean_shutdown_marker,
+    read_partition_metadata,
+    remove_clean_shutdown_marker,
+    write_clean_shutdown_marker,
+    write_partition_metadata,
+)
+from logstore.config import LogConfig
+from logstore.errors import (
+    InvalidPartitionsError,
+    InvalidTopicError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.formats import DEFAULT_FORMAT
+from logstore.log import Log, parse_partition_dir
+
+log = logging.getLogger(__name__)
+
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+_DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
+# Kafka's intervals for the background jobs (broker config names).
+SCHEDULE_DEFAULTS = {
+    "log.retention.check.interval.ms": 300_000,
+    "log.flush.offset.checkpoint.interval.ms": 60_000,
+    "log.flush.start.offset.checkpoint.interval.ms": 60_000,
+    "log.flush.scheduler.interval.ms": 1_000,
+    "num.recovery.threads.per.data.dir": 2,
+}
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic rule: 1-249 of [a-zA-Z0-9._-], not `.` or `..`."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+@dataclass(frozen=True)
+class TopicInfo:
+    """A topic: its id, partition count and config."""
+
+    name: str
+    topic_id: bytes
+    partitions: int
+    config: LogConfig
+
+
+class LogManager:
+    """The partitions of one store: open, create, delete, checkpoint, retain, close."""
+
+    def __init__(self, log_dirs: str | Iterable[str], config: Mapping[str, Any] | LogConfig | None = None, *,
+                 topic_configs: Mapping[str, Mapping[str, Any]] | None = None, fmt=DEFAULT_FORMAT,
+                 broker_settings: Mapping[str, Any] | None = None, start_scheduler: bool = True):
+        self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
+        if not self.log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.default_config = config if isinstance(config, LogConfig) else LogConfig.from_properties(config)
+        self.settings = {**SCHEDULE_DEFAULTS, **(broker_settings or {})}
+        self.format = fmt
+        self._topic_overrides = {t: dict(c) for t, c in (topic_configs or {}).items()}
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._topic_ids: dict[str, bytes] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._scheduler: threading.Thread | None = None
+        self._closed = False
+        self.reports = []
+        for d in self.log_dirs:
+            os.makedirs(d, exist_ok=True)
+        self._load_all()
+        if start_scheduler:
+            self._scheduler = threading.Thread(target=self._run_schedule, name="logstore-scheduler", daemon=True)
+            self._scheduler.start()
+
+    # -- loading -------------------------------------------------------------------------
+
+    def _load_all(self) -> None:
+        started = time.monotonic()
+        jobs = []
+        for log_dir in self.log_dirs:
+            clean = read_clean_shutdown_marker(log_dir)
+            recovery = OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).read()
+            starts = OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).read()
+            for name in sorted(os.listdir(log_dir)):
+                path = os.path.join(log_dir, name)
+                if not os.path.isdir(path):
+                    continue
+                if _DELETE_DIR.fullmatch(name):
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
+                try:
+                    key = parse_partition_dir(name)
+                    validate_topic_name(key[0])
+                except (ValueError, InvalidTopicError):
+                    continue
+                jobs.append((log_dir, path, key, clean, recovery.get(key, 0), starts.get(key, 0)))
+        total = len(jobs)
+        done = 0
+        workers = max(1, int(self.settings["num.recovery.threads.per.data.dir"]) * len(self.log_dirs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="logstore-load") as pool:
+            futures = [pool.submit(self._load_one, *job) for job in jobs]
+            try:
+                for future in futures:
+                    future.result()
+                    done += 1
+                    if done % 100 == 0 or done == total:
+                        log.info("loaded %d/%d partitions", done, total)
+            except BaseException:
+                for future in futures:
+                    future.cancel()
+                for opened in self._logs.values():
+                    opened.close()
+                raise
+        for log_dir in self.log_dirs:
+            remove_clean_shutdown_marker(log_dir)
+        log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
+
+    def _load_one(self, log_dir, path, key, clean, recovery_point, log_start_offset) -> None:
+        topic, _ = key
+        opened = Log.open(path, self.config_for(topic), clean_shutdown=clean, recovery_point=recovery_point,
+                          log_start_offset=log_start_offset, fmt=self.format)
+        with self._lock:
+            self._logs[key] = opened
+            self.reports.append(opened.recovery_report)
+            metadata = os.path.join(path, PARTITION_METADATA)
+            if topic not in self._topic_ids and os.path.exists(metadata):
+                self._topic_ids[topic] = read_partition_metadata(metadata)
+
+    # -- topics --------------------------------------------------------------------------
+
+    def config_for(self, topic: str) -> LogConfig:
+        """The default config with the topic's overrides."""
+        return self.default_config.with_overrides(self._topic_overrides.get(topic, {}))
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                     *, topic_id: bytes | None = None) -> TopicInfo:
+        """Create `partitions` empty partition directories with a fresh topic id."""
+        validate_topic_name(name)
+        if partitions < 1:
+            raise InvalidPartitionsError(f"a topic needs at least one partition, got {partitions}")
+        with self._lock:
+            self._check_open()
+            if name in self.topics():
+                raise TopicExistsError(f"topic {name!r} already exists")
+            overrides = dict(config or {})
+            topic_config = self.default_config.with_overrides(overrides)
+            self._topic_overrides[name] = overrides
+            topic_id = topic_id or uuid.uuid4().bytes
+            self._topic_ids[name] = topic_id
+            for partition in range(partitions):
+                log_dir = self._least_loaded_dir()
+                path = os.path.join(log_dir, f"{name}-{partition}")
+                os.makedirs(path)
+                write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
+                self._logs[(name, partition)] = Log.open(path, topic_config, clean_shutdown=True, fmt=self.format)
+            return TopicInfo(name, topic_id, partitions, topic_config)
+
+    def create_partitions(self, name: str, total: int) -> None:
+        """Grow a topic to `total` partitions."""
+        with self._lock:
+            current = self.partitions(name)
+            if total <= current:
+                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} is not more")
+            for partition in range(current, total):
+                path = os.path.join(self._least_loaded_dir(), f"{name}-{partition}")
+                os.makedirs(path)
+                write_partition_metadata(os.path.join(path, PARTITION_METADATA), self._topic_ids[name])
+                self._logs[(name, partition)] = Log.open(path, self.config_for(name), clean_shutdown=True,
+                                                         fmt=self.format)
+
+    def _least_loaded_dir(self) -> str:
+        counts = {d: 0 for d in self.log_dirs}
+        for opened in self._logs.values():
+            parent = os.path.dirname(opened.directory)
+            if parent in counts:
+                counts[parent] += 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def delete_topic(self, name: str) -> None:
+        """Remove a topic: each directory is renamed `*-delete` first, so a crash mid-way finishes on reopen."""
+        with self._lock:
+            self._check_open()
+            keys = sorted(k for k in self._logs if k[0] == name)
+            if not keys:
+                raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+            for key in keys:
+                doomed = self._logs.pop(key)
+                doomed.close()
+                renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
+                os.rename(doomed.directory, renamed)
+                shutil.rmtree(renamed, ignore_errors=True)
+            self._topic_ids.pop(name, None)
+            self._topic_overrides.pop(name, None)
+
+    def topics(self) -> dict[str, int]:
+        """Topic name → partition count."""
+        found: dict[str, int] = {}
+        for topic, partition in list(self._logs):
+            found[topic] = max(found.get(topic, 0), partition + 1)
+        return found
+
+    def partitions(self, topic: str) -> int:
+        """How many partitions `topic` has."""
+        count = self.topics().get(topic)
+        if count is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
+        return count
+
+    def topic_id(self, topic: str) -> bytes:
+        """The 16-byte topic id in `partition.metadata`."""
+        try:
+            return self._topic_ids[topic]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}") from None
+
+    def log(self, topic: str, partition: int = 0) -> Log:
+        """The partition log."""
+        try:
+            return self._logs[(topic, partition)]
+        except KeyError:
+            raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}") from None
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        """Every open partition."""
+        return dict(self._logs)
+
+    # -- background work -----------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        """Write the recovery-point and log-start-offset checkpoints of every log dir."""
+        with self._lock:
+            for log_dir in self.log_dirs:
+                mine = {k: v for k, v in self._logs.items() if os.path.dirname(v.directory) == log_dir}
+                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
+                    {k: v.recovery_point for k, v in mine.items()})
+                OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
+                    {k: v.log_start_offset for k, v in mine.items()})
+
+    def run_retention(self, now_ms: int | None = None) -> int:
+        """One retention pass over every log; returns the segments deleted."""
+        deleted = 0
+        for opened in list(self._logs.values()):
+            deleted += opened.delete_old_segments(now_ms)
+            opened.delete_expired_files()
+        return deleted
+
+    def flush_due(self) -> None:
+        """Flush the logs whose flush.ms has passed."""
+        for opened in list(self._logs.values()):
+            opened.flush_if_due()
+
+    def _run_schedule(self) -> None:
+        intervals = {
+            self.run_retention: self.settings["log.retention.check.interval.ms"],
+            self.checkpoint: self.settings["log.flush.offset.checkpoint.interval.ms"],
+            self.flush_due: self.settings["log.flush.scheduler.interval.ms"],
+        }
+        due = {job: time.monotonic() + ms / 1000 for job, ms in intervals.items()}
+        while not self._stop.is_set():
+            job = min(due, key=due.get)
+            if self._stop.wait(max(0.0, due[job] - time.monotonic())):
+                return
+            try:
+                job()
+            except (OSError, StorageError) as exc:
+                log.error("scheduled %s failed: %s", job.__name__, exc)
+            due[job] = time.monotonic() + intervals[job] / 1000
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError("the log manager is closed")
+
+    def close(self) -> None:
+        """Clean shutdown: flush and close every log, write checkpoints, then the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._scheduler is not None:
+            self._scheduler.join()
+        for opened in self._logs.values():
+            opened.close()
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            write_clean_shutdown_marker(log_dir)
+
+    def __enter__(self) -> "LogManager":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def open_store(path: str | Iterable[str], config: Mapping[str, Any] | None = None, **kwargs) -> LogManager:
+    """Open (creating if needed) a store directory; the entry point for embedding."""
+    return LogManager(path, config, **kwargs)

@@ -1,0 +1,112 @@
+"""LogManager: topics, names, checkpoints, clean and unclean reopen, the embedding API."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import logstore
+from logstore.checkpoints import read_partition_metadata
+from logstore.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidTopicError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from logstore.manager import validate_topic_name
+
+
+@pytest.mark.parametrize("name", ["", ".", "..", "a" * 250, "a/b", "../x", "a b", "ü", "x\x00"])
+def test_illegal_topic_names_are_refused(tmp_path, name):
+    with pytest.raises(InvalidTopicError):
+        validate_topic_name(name)
+    with logstore.open(str(tmp_path)) as store:
+        with pytest.raises(InvalidTopicError):
+            store.create_topic(name)
+    assert sorted(os.listdir(tmp_path)) == [".kafka_cleanshutdown", "log-start-offset-checkpoint",
+                                            "recovery-point-offset-checkpoint"]
+
+
+@pytest.mark.parametrize("name", ["a", "A-b_c.d", "9" * 249, "__consumer_offsets"])
+def test_legal_topic_names(name):
+    validate_topic_name(name)
+
+
+def test_embedding_round_trip_with_checkpoints(tmp_path):
+    with logstore.open(str(tmp_path), {"log.segment.bytes": 2000}) as store:
+        info = store.create_topic("orders", partitions=3)
+        with pytest.raises(TopicExistsError):
+            store.create_topic("orders")
+        with pytest.raises(InvalidPartitionsError):
+            store.create_topic("none", partitions=0)
+        log = store.log("orders", 1)
+        for i in range(100):
+            log.append_records([b"value-%d" % i], keys=[b"key"], timestamps=1_700_000_000_000 + i)
+        log.delete_records(10)
+        assert read_partition_metadata(tmp_path / "orders-1" / "partition.metadata") == info.topic_id
+    checkpoint = (tmp_path / "recovery-point-offset-checkpoint").read_text()
+    assert checkpoint == "0\n3\norders 0 0\norders 1 100\norders 2 0\n"
+    assert "orders 1 10\n" in (tmp_path / "log-start-offset-checkpoint").read_text()
+    with logstore.open(str(tmp_path)) as store:
+        assert store.topics() == {"orders": 3}
+        log = store.log("orders", 1)
+        assert log.recovery_report.clean_shutdown and log.recovery_report.recovered_segments == []
+        assert (log.log_start_offset, log.log_end_offset) == (10, 100)
+        assert log.read_records(42, 1)[0].value == b"value-42"
+        assert log.offset_for_timestamp(1_700_000_000_050) == (50, 1_700_000_000_050)
+        assert store.topic_id("orders") == info.topic_id
+        assert not os.path.exists(tmp_path / ".kafka_cleanshutdown")  # a crash from here is unclean
+
+
+def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
+    store = logstore.open(str(tmp_path), {"segment.bytes": 1500}, start_scheduler=False)
+    store.create_topic("t")
+    log = store.log("t")
+    for i in range(100):
+        log.append_records([b"x" * 20])
+    log.flush()
+    store.checkpoint()
+    for i in range(5):
+        log.append_records([b"y" * 20])
+    flushed = log.recovery_point
+    # Simulate a crash: drop the objects without closing (no marker, no trim).
+    with logstore.open(str(tmp_path)) as reopened:
+        report = reopened.log("t").recovery_report
+        assert not report.clean_shutdown
+        bases = [s.base_offset for s in reopened.log("t").segments]
+        holding = max(b for b in bases if b <= flushed)
+        assert report.recovered_segments == [b for b in bases if b >= holding]
+        assert len(report.recovered_segments) < len(bases)
+        assert reopened.log("t").log_end_offset == 105
+    store._stop.set()
+
+
+def test_delete_topic_and_unknown_partitions(tmp_path):
+    with logstore.open(str(tmp_path)) as store:
+        store.create_topic("gone", partitions=2)
+        store.create_topic("kept")
+        store.delete_topic("gone")
+        assert store.topics() == {"kept": 1}
+        assert not any(n.startswith("gone") for n in os.listdir(tmp_path))
+        with pytest.raises(UnknownTopicOrPartitionError):
+            store.log("gone", 0)
+        with pytest.raises(UnknownTopicOrPartitionError):
+            store.delete_topic("gone")
+    (tmp_path / "kept-0.0123456789abcdef0123456789abcdef-delete").mkdir()
+    with logstore.open(str(tmp_path)) as store:
+        assert store.topics() == {"kept": 1}
+    assert not (tmp_path / "kept-0.0123456789abcdef0123456789abcdef-delete").exists()
+
+
+def test_topic_configs_use_kafka_names(tmp_path):
+    with pytest.raises(InvalidConfigError):
+        logstore.open(str(tmp_path), {"segment.bites": 5})
+    with logstore.open(str(tmp_path), {"log.retention.hours": 1}) as store:
+        info = store.create_topic("t", config={"segment.bytes": 4096, "cleanup.policy": "compact"})
+        assert info.config.segment_bytes == 4096 and info.config.retention_ms == 3_600_000
+        assert not info.config.deletes
+        with pytest.raises(InvalidConfigError):
+            store.create_topic("u", config={"segment.bytes": -1})
+        with pytest.raises(InvalidConfigError):
+            store.create_topic("v", config={"message.timestamp.type": "Wall"})
