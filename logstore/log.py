@@ -308,7 +308,7 @@ class Log:
         for i in range(self._segment_index(offset, bases), len(segments)):
             segment = segments[i]
             max_position = None
-            if i == len(segments) - 1 or upper < bases[i + 1]:
+            if upper < end and (i == len(segments) - 1 or upper < bases[i + 1]):
                 found = segment.translate_offset(upper)
                 max_position = found.position if found is not None else segment.size
             result = segment.read(offset, max_bytes, max_position, min_one_message)

@@ -25,7 +25,7 @@ TIME_INDEX_SUFFIX = ".timeindex"
 TXN_INDEX_SUFFIX = ".txnindex"
 DELETED_SUFFIX = ".deleted"
 # Reads walk batch headers a chunk at a time rather than one pread per header.
-SCAN_CHUNK = 64 * 1024
+SCAN_CHUNK = 8 * 1024
 
 
 def segment_path(directory: str, base_offset: int, suffix: str) -> str:

@@ -104,6 +104,12 @@ cdef class _IndexCore:
         """Whether every slot holds an entry."""
         return self.entries >= self.capacity
 
+    def set_entries(self, Py_ssize_t entries):
+        """Trust the first `entries` slots (after a trim or resize of the file)."""
+        if entries < 0 or entries > self.capacity:
+            raise ValueError(f"{entries} entries do not fit {self.capacity} slots")
+        self.entries = entries
+
     cdef int _check_slot(self, Py_ssize_t slot) except -1:
         if slot < 0 or slot >= self.entries:
             raise IndexError(f"index slot {slot} outside 0..{self.entries - 1}")
@@ -190,12 +196,6 @@ cdef class OffsetIndexCore(_IndexCore):
         self.entries = slot + 1
         return self.entries
 
-    def set_entries(self, Py_ssize_t entries):
-        """Trust the first `entries` slots (after a trim or resize of the file)."""
-        if entries < 0 or entries > self.capacity:
-            raise ValueError(f"{entries} entries do not fit {self.capacity} slots")
-        self.entries = entries
-
 
 cdef class TimeIndexCore(_IndexCore):
     """`.timeindex`: max timestamp so far → offset of the batch holding it."""
@@ -272,9 +272,3 @@ cdef class TimeIndexCore(_IndexCore):
                 hi = mid
         self.entries = lo
         return self.entries
-
-    def set_entries(self, Py_ssize_t entries):
-        """Trust the first `entries` slots (after a trim or resize of the file)."""
-        if entries < 0 or entries > self.capacity:
-            raise ValueError(f"{entries} entries do not fit {self.capacity} slots")
-        self.entries = entries

@@ -1,7 +1,17 @@
 """Pluggable on-disk batch formats.
 
-A format is a module exposing the same functions as `logstore.formats.kafka`
-(`iter_entries`, `decode_entry`, `validate_batch`, `encode_batch`, ...).
+A format is a module exposing what `logstore.formats.kafka` does. The storage
+layer uses exactly these:
+
+- `validate_append(buf, client, max_batch_size)` → `AppendInfo` and
+  `assign_offsets(buf, info, base_offset, leader_epoch, log_append_time)`:
+  the append path;
+- `peek_entry(buf, pos)` → `EntryBounds` (offsets, size, max timestamp from
+  the first bytes only) and `iter_entries(buf)` (whole, CRC-checked entries):
+  reads, index lookups and recovery;
+- `decode_entry(buf, entry)`: records for reads and timestamp lookups;
+- `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes.
+
 Segment, index and recovery code asks the format, never the bytes, which is
 what lets the format change. Kafka's v2 (reading v0/v1 too) is the default.
 """

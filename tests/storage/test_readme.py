@@ -1,0 +1,16 @@
+"""The README's storage example runs as written."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_storage_example_runs(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    example = next(b for b in blocks if "logstore.open" in b)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, str(README), "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["0 b'k1' b'v1'", "1 b'k2' b'v2'", "(0, 1700000000000)"]
+    assert (tmp_path / "data" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
