@@ -31,11 +31,15 @@ soak: build
 
 bench: build
 	@mkdir -p .benchmarks
-	$(PYTEST) -q bench --benchmark-only \
+	$(PYTEST) -q bench/test_codec.py --benchmark-only \
 		--benchmark-json=.benchmarks/codec.json --benchmark-min-rounds=10 \
 		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-sort=name \
 		--benchmark-group-by=group
 	$(BIN)/python bench/report.py .benchmarks/codec.json
+	$(PYTEST) -q bench/test_storage.py --benchmark-only \
+		--benchmark-json=.benchmarks/storage.json \
+		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BIN)/python bench/storage_report.py .benchmarks/storage.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -116,9 +116,11 @@ class _MappedIndex:
         self.core.truncate_to(offset)
 
     def flush(self) -> None:
-        """Write the mapped pages to disk."""
-        if self._mmap is not None and self.writable:
-            self._mmap.flush()
+        """Write the mapped pages, and the file's length after a trim, to disk."""
+        if self.writable:
+            if self._mmap is not None:
+                self._mmap.flush()
+            os.fsync(self._fd)
 
     def close(self, *, trim: bool = True) -> None:
         """Trim (when writable), unmap and close the file."""

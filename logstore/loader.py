@@ -170,8 +170,13 @@ def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown:
     def batch_hook(segment):
         return None if on_batch is None else (lambda entry: on_batch(segment, entry))
 
+    # After an unclean shutdown these get scanned anyway: no separate index rebuild.
+    rescanned_from = None if clean_shutdown else max([b for b in bases if b <= recovery_point] or [-1])
     try:
         for base in bases:
+            if rescanned_from is not None and base >= rescanned_from:
+                segments.append(LogSegment(directory, base, **opts))
+                continue
             missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
                        if not os.path.exists(os.path.join(directory, f"{base:020d}{s}"))]
             segment = LogSegment(directory, base, **opts)

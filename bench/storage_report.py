@@ -1,0 +1,222 @@
+"""Summarise bench/test_storage.py's pytest-benchmark JSON as Markdown tables.
+
+    python bench/storage_report.py [.benchmarks/storage.json]
+
+First table, one row per ours-vs-peer group: both throughputs from the median
+round, their ratio, the ratio of the fastest rounds and the paired ratio
+(each ours round against a peer round run just before it, when the JSON has
+them), the issue's target and whether the median ratio meets it. Second table, the cases with an
+absolute target and no peer: offset-index lookups per second (higher is
+better) and reopen-after-SIGKILL seconds (lower is better).
+Speed is reported, not asserted: a missed target does not fail. The exit
+status is non-zero only when the JSON is missing or unreadable (2) or a group
+lacks a side, a count, or a unit (1).
+"""
+from __future__ import annotations
+
+import json
+import sys
+from collections import OrderedDict
+
+DEFAULT_PATH = ".benchmarks/storage.json"
+OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen")
+STAT = "median"
+
+
+def _fmt_rate(value: float, unit: str) -> str:
+    if unit == "ops":
+        return f"{value / 1e6:,.2f} M/s" if value >= 1e6 else f"{value / 1e3:,.1f} k/s"
+    return f"{value / 1e6:,.0f} MB/s"
+
+
+def _amount(bench: dict) -> tuple[float, str]:
+    info = bench.get("extra_info") or {}
+    unit = info.get("unit")
+    amount = info.get("ops") if unit == "ops" else info.get("bytes")
+    if unit not in ("ops", "bytes") or not amount:
+        raise ValueError(f"{bench['fullname']}: no byte or op count in extra_info")
+    return amount, unit
+
+
+def _rate(bench: dict, stat: str = STAT) -> tuple[float, str]:
+    amount, unit = _amount(bench)
+    seconds = bench["stats"][stat]
+    if seconds <= 0:
+        raise ValueError(f"{bench['fullname']}: {stat} time is {seconds}")
+    return amount / seconds, unit
+
+
+def _met(ok_median: bool, *others: bool | None) -> str:
+    # The fastest rounds (and the paired rounds) beside the median: on a busy
+    # machine a verdict that flips between them says the row is noisy.
+    met = "yes" if ok_median else "**no**"
+    return met + (" (noisy)" if any(o is not None and o != ok_median for o in others) else "")
+
+
+def _paired_ratio(info: dict) -> float | None:
+    """Median over rounds of peer/ours time, each ours round with the peer round run just before it."""
+    ours = info.get("ours_seconds") or []
+    peer = info.get("paired_peer_seconds") or []
+    ratios = sorted(p / o for p, o in zip(peer, ours) if o > 0)
+    if not ratios or len(peer) != len(ours):
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
+def _ratio_row(group: str, sides: dict) -> tuple:
+    ours, peer = sides["ours"], sides["peer"]
+    ours_rate, unit = _rate(ours)
+    peer_rate, peer_unit = _rate(peer)
+    if unit != peer_unit:
+        raise ValueError(f"group {group}: ours in {unit}, peer in {peer_unit}")
+    ratio = ours_rate / peer_rate
+    best = peer["stats"]["min"] / ours["stats"]["min"]
+    info = ours["extra_info"]
+    target = info.get("target")
+    paired = _paired_ratio(info)
+    notes = []
+    if "fsyncs_per_round" in info:
+        low, high = info.get("fsyncs_per_round_range") or (None, None)
+        spread = f" ({low}-{high})" if low is not None else ""
+        notes.append(f"fsyncs/round: ours {info['fsyncs_per_round']}{spread}, "
+                     f"peer {peer['extra_info'].get('fsyncs_per_round', '?')}")
+    return (group, _fmt_rate(ours_rate, unit), _fmt_rate(peer_rate, unit), f"{ratio:.2f}x", f"{best:.2f}x",
+            "—" if paired is None else f"{paired:.2f}x",
+            "info" if target is None else f">= {target:g}x",
+            "—" if target is None else _met(ratio >= target, best >= target,
+                                             None if paired is None else paired >= target),
+            "; ".join(notes), ours["stats"]["rounds"])
+
+
+def _absolute_row(group: str, bench: dict) -> tuple:
+    info = bench["extra_info"]
+    stats = bench["stats"]
+    notes = []
+    if info.get("op") == "reopen":
+        median, fastest = stats[STAT], stats["min"]
+        target = info.get("target_seconds")
+        scanned = info.get("bytes") or 0
+        log_bytes = info.get("log_bytes")
+        segments = info.get("scanned_segments") or []
+        notes.append(f"scanned {scanned / 2**20:,.0f} MiB of {log_bytes / 2**20:,.0f} MiB "
+                     f"({scanned / median / 1e9:,.1f} GB/s), segment scans {segments}")
+        if info.get("rebuilt_indexes"):
+            notes.append(f"indexes rebuilt first for {[b for b, _ in info['rebuilt_indexes']]}")
+        value, best = f"{median:.3f} s", f"{fastest:.3f} s"
+        verdict = "—" if target is None else _met(median < target, fastest < target)
+        target_text = "info" if target is None else f"< {target:g} s"
+    else:
+        rate, unit = _rate(bench)
+        fastest, _ = _rate(bench, "min")
+        target = info.get("target_ops_per_s")
+        value, best = _fmt_rate(rate, unit), _fmt_rate(fastest, unit)
+        verdict = "—" if target is None else _met(rate >= target, fastest >= target)
+        target_text = "info" if target is None else f">= {_fmt_rate(target, unit)}"
+        if info.get("index_entries"):
+            notes.append(f"{info['index_entries']:,} entries over {info['segment_bytes'] / 2**30:.2f} GiB "
+                         f"(built in {info.get('build_seconds', '?')} s)")
+    return (group, value, best, target_text, verdict, "; ".join(notes), stats["rounds"])
+
+
+def _sort_key(item):
+    index, group = item
+    op = group.partition("/")[0]
+    return (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), index)
+
+
+def _table(header: tuple, align: tuple, rows: list) -> None:
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(align) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
+def main(argv: list[str]) -> int:
+    """Print the report for the JSON named in argv[1] (default .benchmarks/storage.json)."""
+    path = argv[1] if len(argv) > 1 else DEFAULT_PATH
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        print(f"storage_report: {path} not found; run pytest with --benchmark-json={path} first",
+              file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        print(f"storage_report: cannot read {path}: {exc}", file=sys.stderr)
+        return 2
+    benchmarks = data.get("benchmarks") or []
+    if not benchmarks:
+        print(f"storage_report: {path} holds no benchmarks", file=sys.stderr)
+        return 2
+
+    groups: dict[str, dict[str, dict]] = OrderedDict()
+    problems = []
+    for bench in benchmarks:
+        group = bench.get("group") or "(no group)"
+        side = (bench.get("extra_info") or {}).get("side")
+        if side not in ("ours", "peer"):
+            problems.append(f"{bench.get('fullname')}: extra_info.side is {side!r}")
+            continue
+        if side in groups.setdefault(group, {}):
+            problems.append(f"group {group}: two '{side}' benchmarks")
+        groups[group][side] = bench
+
+    ratio_rows, absolute_rows = [], []
+    for _, group in sorted(enumerate(groups), key=_sort_key):
+        sides = groups[group]
+        try:
+            if "peer" in sides:
+                if "ours" not in sides:
+                    raise ValueError(f"group {group}: no ours benchmark")
+                ratio_rows.append(_ratio_row(group, sides))
+            else:
+                absolute_rows.append(_absolute_row(group, sides["ours"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
+
+    machine = data.get("machine_info") or {}
+    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
+    count = (machine.get("cpu") or {}).get("count")
+    commit = (data.get("commit_info") or {}).get("id") or "?"
+    dirty = " (dirty)" if (data.get("commit_info") or {}).get("dirty") else ""
+    print(f"Storage benchmarks: logstore Log vs raw os file I/O of the same bytes — "
+          f"{STAT} of each benchmark's rounds")
+    print(f"{cpu}{f', {count} CPUs' if count else ''}; Python {machine.get('python_version', '?')}; "
+          f"commit {commit[:12]}{dirty}; {data.get('datetime', '')}")
+    print()
+    _table(("case", "ours", "peer (os)", "ours/peer", "(min/min)", "(paired)", "target", "met", "notes", "rounds"),
+           ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---", "---:"), ratio_rows)
+    print()
+    _table(("case (ours only)", STAT, "best round", "target", "met", "notes", "rounds"),
+           ("---", "---:", "---:", "---:", ":---:", "---", "---:"), absolute_rows)
+    print()
+    print("append-1mib: 64 x 1 MiB batches (1,000 records, 16 B keys, ~1 KiB random values, uncompressed) "
+          "into a fresh log (peer: fresh file) per round, no fsync; bytes = append copies the input; "
+          "primed = the log already holds two small batches, so its index maps are faulted in before timing.")
+    print("append-group-commit: 4 threads x 64 x 256 KiB appends with durable=True; peer: one thread "
+          "writes the same 64 MiB, then one fsync. read-sequential: 256 MiB log read in 1 MiB ranges "
+          "(4 whole batches each) into one buffer, page cache warm. MB = 10^6 B.")
+    print("index-lookup: random offsets on a 1 GiB segment's offset index; translate_offset adds the "
+          "scan of the .log from the indexed position. reopen: a store killed with SIGKILL "
+          "(1 GiB in 4 x 256 MiB segments, recovery point at 992 MiB), page cache warm; tail = from "
+          "the recovery point, full = recovery-point checkpoint removed.")
+    print("ours/peer: from each benchmark's median round; (min/min): from the fastest rounds; (paired): "
+          "median of per-round ratios, each ours round against a peer round run just before it.")
+    print("met: the median against the target; (noisy): the best or paired rounds say otherwise, so "
+          "rerun on a quiet machine before trusting that row.")
+    verdicts = [r[7] for r in ratio_rows if r[7] != "—"] + [r[4] for r in absolute_rows if r[4] != "—"]
+    met = sum(1 for v in verdicts if v.startswith("yes"))
+    noisy = sum(1 for v in verdicts if v.endswith("(noisy)"))
+    print(f"Targets met: {met}/{len(verdicts)}" + (f" ({noisy} noisy)." if noisy else "."))
+
+    if problems:
+        print(file=sys.stderr)
+        for problem in problems:
+            print(f"storage_report: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
