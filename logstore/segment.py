@@ -1,6 +1,6 @@
 """One segment of a partition: a `.log` file and its three indexes.
 
-The `.log` is written with plain write calls at its end (new files written
+The `.log` is written with pwrite at its end (new files written
 through an mmap measured 3-4x slower here) and read with pread, so any
 number of readers can share the descriptor with the one writer. Batch bytes
 are only ever looked at through the format (`peek_entry`, `iter_entries`).
@@ -160,8 +160,9 @@ class LogSegment:
             self._merge_max_timestamp(max_timestamp, offset_of_max_timestamp)
         view = memoryview(data)
         written = 0
+        # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
         while written < len(view):
-            written += os.write(self.fd, view[written:])
+            written += os.pwrite(self.fd, view[written:], position + written)
         self.size += written
         self.bytes_since_last_index_entry += written
         return position
@@ -263,10 +264,8 @@ class LogSegment:
         self.time_index.make_active()
         removed = self.size - found.position
         self.truncate_bytes(found.position)
-        self._max_ts = None
-        if self.time_index.entries == 0:
-            self._max_ts = (-1, self.base_offset)
-            self._rescan_max_timestamp()
+        self._max_ts = self.time_index.last_entry()
+        self._rescan_max_timestamp()
         self.bytes_since_last_index_entry = 0 if self.offset_index.entries else self.size
         if self.size == 0:
             self._rolling_ts = None
@@ -274,13 +273,13 @@ class LogSegment:
         return removed
 
     def _rescan_max_timestamp(self) -> None:
+        # The time index stops at the last indexed chunk; batches after it still count.
         for bounds in self.iter_bounds(self.offset_index.last_entry()[1]):
             self._merge_max_timestamp(bounds.max_timestamp, bounds.last_offset)
 
     def truncate_bytes(self, size: int) -> None:
         """Cut the `.log` to `size` bytes."""
         os.ftruncate(self.fd, size)
-        os.lseek(self.fd, size, os.SEEK_SET)
         self.size = size
 
     def reset_indexes(self) -> None:

@@ -240,12 +240,12 @@ cdef class TimeIndexCore(_IndexCore):
         (`final=True`), so ordinary appends report full one slot early.
         """
         cdef int32_t rel = self._relative(offset)
-        if self.entries > 0:
-            if offset < self._offset_at(self.entries - 1):
-                raise InvalidOffsetError(
-                    f"offset {offset} is below the last time-indexed offset {self._offset_at(self.entries - 1)}")
-            if timestamp <= self._ts_at(self.entries - 1):
-                return False
+        if self.entries > 0 and offset < self._offset_at(self.entries - 1):
+            raise InvalidOffsetError(
+                f"offset {offset} is below the last time-indexed offset {self._offset_at(self.entries - 1)}")
+        # An empty index's last entry reads as timestamp -1, so -1 is never stored.
+        if timestamp <= (self._ts_at(self.entries - 1) if self.entries > 0 else -1):
+            return False
         if not final and self.entries >= self.capacity - 1:
             raise IndexFullError(f"time index at base offset {self.base_offset} is full")
         self._check_append()

@@ -169,10 +169,10 @@ def test_durable_appends_share_fsyncs(tmp_path, monkeypatch):
     """Appends that arrive while an fsync runs are all covered by the next one."""
     writes = threading.Condition()
     state = {"writes": 0, "syncs": 0}
-    real_write, real_sync = os.write, os.fdatasync
+    real_write, real_sync = os.pwrite, os.fdatasync
 
-    def counting_write(fd, data):
-        n = real_write(fd, data)
+    def counting_write(fd, data, position):
+        n = real_write(fd, data, position)
         with writes:
             state["writes"] += 1
             writes.notify_all()
@@ -187,7 +187,7 @@ def test_durable_appends_share_fsyncs(tmp_path, monkeypatch):
         real_sync(fd)
 
     with Log.open(str(tmp_path / "t-0")) as log:
-        monkeypatch.setattr(os, "write", counting_write)
+        monkeypatch.setattr(os, "pwrite", counting_write)
         monkeypatch.setattr(os, "fdatasync", slow_first_sync)
         results = []
         threads = [threading.Thread(target=lambda: results.append(log.append_records([b"x"], durable=True)))
