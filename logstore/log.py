@@ -294,7 +294,9 @@ class Log:
         """Batch bytes from the one holding `offset`, up to `max_bytes` and below `max_offset`.
 
         Like Kafka's, the slice may end inside a batch when `max_bytes` cuts
-        it; readers drop a partial last batch. Raises OffsetOutOfRangeError
+        it; readers drop a partial last batch. `max_offset` (the high
+        watermark or last stable offset) ends the slice at the start of the
+        batch holding it. Raises OffsetOutOfRangeError
         outside [log start offset, log end offset].
         """
         segments, bases = self._segments, self._bases
@@ -322,7 +324,8 @@ class Log:
         offset = self._log_start_offset if offset is None else offset
         upper = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
         while offset < upper:
-            data = self.read(offset, chunk_bytes, max_offset=upper)
+            # Bytes up to the log end: `upper` may fall inside a batch, whose head still counts.
+            data = self.read(offset, chunk_bytes)
             if data.records is None:
                 return
             buf = data.read()

@@ -307,7 +307,8 @@ class LogSegment:
                 try:
                     entry = next(entries, None)
                 except CorruptRecordError as exc:
-                    error = exc
+                    # The traceback holds the walker's frame and its view of the map.
+                    error = exc.with_traceback(None)
                     break
                 if entry is None:
                     break
