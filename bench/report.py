@@ -11,9 +11,9 @@ lacks ours or the peer, or has no throughput unit (1).
 """
 from __future__ import annotations
 
-import json
 import sys
-from collections import OrderedDict
+
+from benchjson import load_groups
 
 DEFAULT_PATH = ".benchmarks/codec.json"
 OP_ORDER = ("encode-bulk", "encode-builder", "decode-objects", "decode-columnar", "validate-crc")
@@ -49,32 +49,10 @@ def _sort_key(group: str):
 
 def main(argv: list[str]) -> int:
     path = argv[1] if len(argv) > 1 else DEFAULT_PATH
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        print(f"report: {path} not found; run pytest with --benchmark-json={path} first",
-              file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:
-        print(f"report: cannot read {path}: {exc}", file=sys.stderr)
-        return 2
-    benchmarks = data.get("benchmarks") or []
-    if not benchmarks:
-        print(f"report: {path} holds no benchmarks", file=sys.stderr)
-        return 2
-
-    groups: dict[str, dict[str, dict]] = OrderedDict()
-    problems = []
-    for bench in benchmarks:
-        group = bench.get("group") or "(no group)"
-        side = (bench.get("extra_info") or {}).get("side")
-        if side not in ("ours", "peer"):
-            problems.append(f"{bench.get('fullname')}: extra_info.side is {side!r}")
-            continue
-        if side in groups.setdefault(group, {}):
-            problems.append(f"group {group}: two '{side}' benchmarks")
-        groups[group][side] = bench
+    loaded = load_groups(path, "report")
+    if isinstance(loaded, int):
+        return loaded
+    data, groups, problems = loaded
 
     rows = []
     for group in sorted(groups, key=_sort_key):

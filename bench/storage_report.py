@@ -14,9 +14,9 @@ lacks a side, a count, or a unit (1).
 """
 from __future__ import annotations
 
-import json
 import sys
-from collections import OrderedDict
+
+from benchjson import load_groups
 
 DEFAULT_PATH = ".benchmarks/storage.json"
 OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen")
@@ -135,32 +135,10 @@ def _table(header: tuple, align: tuple, rows: list) -> None:
 def main(argv: list[str]) -> int:
     """Print the report for the JSON named in argv[1] (default .benchmarks/storage.json)."""
     path = argv[1] if len(argv) > 1 else DEFAULT_PATH
-    try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        print(f"storage_report: {path} not found; run pytest with --benchmark-json={path} first",
-              file=sys.stderr)
-        return 2
-    except (OSError, ValueError) as exc:
-        print(f"storage_report: cannot read {path}: {exc}", file=sys.stderr)
-        return 2
-    benchmarks = data.get("benchmarks") or []
-    if not benchmarks:
-        print(f"storage_report: {path} holds no benchmarks", file=sys.stderr)
-        return 2
-
-    groups: dict[str, dict[str, dict]] = OrderedDict()
-    problems = []
-    for bench in benchmarks:
-        group = bench.get("group") or "(no group)"
-        side = (bench.get("extra_info") or {}).get("side")
-        if side not in ("ours", "peer"):
-            problems.append(f"{bench.get('fullname')}: extra_info.side is {side!r}")
-            continue
-        if side in groups.setdefault(group, {}):
-            problems.append(f"group {group}: two '{side}' benchmarks")
-        groups[group][side] = bench
+    loaded = load_groups(path, "storage_report")
+    if isinstance(loaded, int):
+        return loaded
+    data, groups, problems = loaded
 
     ratio_rows, absolute_rows = [], []
     for _, group in sorted(enumerate(groups), key=_sort_key):
