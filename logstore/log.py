@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -207,7 +208,8 @@ class Log:
     def _maybe_roll(self, size: int, last_offset: int, max_timestamp: int, now: int) -> LogSegment:
         segment = self._segments[-1]
         config = self.config
-        roll_ms = config.segment_ms - (hash(self.directory) % (config.segment_jitter_ms + 1)
+        # A stable per-partition jitter, so partitions created together do not all roll together.
+        roll_ms = config.segment_ms - (zlib.crc32(self.directory.encode()) % (config.segment_jitter_ms + 1)
                                        if config.segment_jitter_ms else 0)
         if (segment.is_full_for(size, config.segment_bytes, last_offset)
                 or (segment.size > 0 and segment.time_waited_for_roll(now, max_timestamp) > roll_ms)):
