@@ -33,3 +33,16 @@ def load_groups(path: str, prog: str) -> tuple[dict, dict[str, dict[str, dict]],
             problems.append(f"group {group}: two '{side}' benchmarks")
         groups[group][side] = bench
     return data, groups, problems
+
+
+def finish(verdicts: list[str], problems: list[str], prog: str) -> int:
+    """Print the targets-met tally and any problems; the exit status (1 if problems)."""
+    met = sum(1 for v in verdicts if v.startswith("yes"))
+    noisy = sum(1 for v in verdicts if v.endswith("(noisy)"))
+    print(f"Targets met: {met}/{len(verdicts)}" + (f" ({noisy} noisy)." if noisy else "."))
+    if problems:
+        print(file=sys.stderr)
+        for problem in problems:
+            print(f"{prog}: {problem}", file=sys.stderr)
+        return 1
+    return 0

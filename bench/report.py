@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import load_groups
+from benchjson import finish, load_groups
 
 DEFAULT_PATH = ".benchmarks/codec.json"
 OP_ORDER = ("encode-bulk", "encode-builder", "decode-objects", "decode-columnar", "validate-crc")
@@ -110,17 +110,7 @@ def main(argv: list[str]) -> int:
           "does while iterating); crc = both do (ours by default, aiokafka via validate_crc()).")
     print("met: the median ratio against the target; (noisy): the min/min ratio says "
           "otherwise, so rerun on a quiet machine before trusting that row.")
-    target_rows = [r for r in rows if r[-1] != "—"]
-    met = sum(1 for r in target_rows if r[-1].startswith("yes"))
-    noisy = sum(1 for r in target_rows if r[-1].endswith("(noisy)"))
-    print(f"Targets met: {met}/{len(target_rows)}" + (f" ({noisy} noisy)." if noisy else "."))
-
-    if problems:
-        print(file=sys.stderr)
-        for problem in problems:
-            print(f"report: {problem}", file=sys.stderr)
-        return 1
-    return 0
+    return finish([r[-1] for r in rows if r[-1] != "—"], problems, "report")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import load_groups
+from benchjson import finish, load_groups
 
 DEFAULT_PATH = ".benchmarks/storage.json"
 OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen")
@@ -184,16 +184,7 @@ def main(argv: list[str]) -> int:
     print("met: the median against the target; (noisy): the best or paired rounds say otherwise, so "
           "rerun on a quiet machine before trusting that row.")
     verdicts = [r[7] for r in ratio_rows if r[7] != "—"] + [r[4] for r in absolute_rows if r[4] != "—"]
-    met = sum(1 for v in verdicts if v.startswith("yes"))
-    noisy = sum(1 for v in verdicts if v.endswith("(noisy)"))
-    print(f"Targets met: {met}/{len(verdicts)}" + (f" ({noisy} noisy)." if noisy else "."))
-
-    if problems:
-        print(file=sys.stderr)
-        for problem in problems:
-            print(f"storage_report: {problem}", file=sys.stderr)
-        return 1
-    return 0
+    return finish(verdicts, problems, "storage_report")
 
 
 if __name__ == "__main__":
