@@ -27,9 +27,15 @@ Cases (the issue's targets):
    index maps, ~5 ms on this VM, are paid in setup as a live log pays them
    once per segment).
 2. append-group-commit: 4 threads append 64 batches of exactly 256 KiB each
-   with `durable=True` (64 MiB a round) against `os.write` of the same bytes
-   from one thread and a single `os.fsync` at the end. Ours' fsync count per
-   round is recorded (`fsyncs_per_round`) by counting os.fsync/os.fdatasync.
+   (64 MiB a round) against `os.write` of the same bytes from one thread and
+   a single `os.fsync` at the end. `pipelined` (the target): each thread
+   appends and takes `Log.durable(offset)` futures, at most 5 outstanding
+   (a producer connection's max.in.flight, acks waiting for durability as a
+   broker's produce path does), and waits for them all. `blocking`
+   (information): `append(durable=True)`, so a thread's next append starts
+   only after its last is on disk: at least 64 fsyncs a round by
+   construction. Ours' fsync count per round is recorded
+   (`fsyncs_per_round`) by counting os.fsync/os.fdatasync.
 3. read-sequential: a 256 MiB single-segment log of those 256 KiB batches,
    read through `Log.read(offset, max_bytes=1 MiB)` +
    `FetchData.records.readinto(buffer)`. Each 1 MiB read holds exactly four
@@ -65,6 +71,7 @@ wrote or read the right bytes. Data lives under one temporary directory
 """
 from __future__ import annotations
 
+import collections
 import os
 import random
 import shutil
@@ -100,6 +107,8 @@ GROUP_BATCH_RECORDS = 256
 GROUP_BATCHES = 256  # 64 MiB a round
 GROUP_THREADS = 4
 GROUP_ROUNDS = 25
+GROUP_IN_FLIGHT = 5
+GROUP_MODES = ("pipelined", "blocking")
 
 READ_LOG_BYTES = 256 * MiB
 READ_CHUNK = MiB
@@ -396,20 +405,36 @@ def _write_and_fsync(fd: int, buffers) -> None:
     os.fsync(fd)
 
 
+def _append_blocking(log, buffers) -> None:
+    for buf in buffers:
+        log.append(buf, durable=True)
+
+
+def _append_pipelined(log, buffers) -> None:
+    pending: collections.deque = collections.deque()
+    for buf in buffers:
+        if len(pending) == GROUP_IN_FLIGHT:
+            pending.popleft().result()
+        pending.append(log.durable(log.append(buf).last_offset + 1))
+    for fut in pending:
+        fut.result()
+
+
 @pytest.mark.parametrize("side", SIDES)
-def test_append_group_commit(benchmark, scratch, batches_256kib, monkeypatch, side):
-    rounds = _Rounds(scratch, f"group-{side}")
+@pytest.mark.parametrize("mode", GROUP_MODES)
+def test_append_group_commit(benchmark, scratch, batches_256kib, monkeypatch, mode, side):
+    rounds = _Rounds(scratch, f"group-{mode}-{side}")
     per_round: list[int] = []
     errors: list[BaseException] = []
 
     if side == "ours":
         counter = _SyncCounter(monkeypatch)
+        append_all = _append_pipelined if mode == "pipelined" else _append_blocking
 
-        def worker(go, append, buffers):
+        def worker(go, log, buffers):
             go.wait()
             try:
-                for buf in buffers:
-                    append(buf, durable=True)
+                append_all(log, buffers)
             except BaseException as exc:  # surfaced by the check after the run
                 errors.append(exc)
 
@@ -422,7 +447,7 @@ def test_append_group_commit(benchmark, scratch, batches_256kib, monkeypatch, si
             log = rounds.fresh_log()
             go = threading.Event()
             # Started here, parked on `go`: thread start-up is not what is timed.
-            threads = [threading.Thread(target=worker, args=(go, log.append, buffers[i::GROUP_THREADS]))
+            threads = [threading.Thread(target=worker, args=(go, log, buffers[i::GROUP_THREADS]))
                        for i in range(GROUP_THREADS)]
             for t in threads:
                 t.start()
@@ -444,10 +469,13 @@ def test_append_group_commit(benchmark, scratch, batches_256kib, monkeypatch, si
         teardown = None
 
     total = sum(map(len, batches_256kib))
-    _tag(benchmark, "append-group-commit", f"{GROUP_THREADS}x256KiB", side, nbytes=total,
-         target=TARGETS["append-group-commit"],
-         api=(f"{GROUP_THREADS} threads x Log.append(batch, durable=True) x{GROUP_BATCHES // GROUP_THREADS}"
-              if side == "ours" else f"os.write(fd, batch) x{GROUP_BATCHES} + os.fsync(fd)"))
+    per_thread = GROUP_BATCHES // GROUP_THREADS
+    ours_api = (f"{GROUP_THREADS} threads x (Log.append(batch) + Log.durable(next offset), "
+                f"<= {GROUP_IN_FLIGHT} futures outstanding) x{per_thread}" if mode == "pipelined" else
+                f"{GROUP_THREADS} threads x Log.append(batch, durable=True) x{per_thread}")
+    _tag(benchmark, "append-group-commit", f"{GROUP_THREADS}x256KiB-{mode}", side, nbytes=total,
+         target=TARGETS["append-group-commit"] if mode == "pipelined" else None,
+         api=ours_api if side == "ours" else f"os.write(fd, batch) x{GROUP_BATCHES} + os.fsync(fd)")
     try:
         benchmark.pedantic(run, setup=setup, teardown=teardown, rounds=GROUP_ROUNDS, warmup_rounds=1)
         assert not errors, errors

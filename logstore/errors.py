@@ -184,3 +184,33 @@ class InvalidConfigError(LogStoreError):
     """A config name that does not exist or a value out of its range."""
 
     error_name = "INVALID_CONFIG"
+
+
+class OutOfOrderSequenceError(LogStoreError):
+    """An idempotent batch whose first sequence does not follow the producer's last one."""
+
+    error_name = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(LogStoreError):
+    """A batch or marker from a producer epoch older than the one the partition knows."""
+
+    error_name = "INVALID_PRODUCER_EPOCH"
+
+
+class InvalidTxnStateError(LogStoreError):
+    """A non-transactional write from a producer with an open transaction."""
+
+    error_name = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(LogStoreError):
+    """A marker from a coordinator epoch older than the one that wrote the producer's last marker."""
+
+    error_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class CorruptSnapshotError(StorageError):
+    """A `.snapshot` file with a bad version, CRC or length."""
+
+    error_name = "CORRUPT_MESSAGE"

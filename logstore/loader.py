@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from logstore.config import LogConfig
+from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import CorruptRecordError, LogStoreError
 from logstore.formats import DEFAULT_FORMAT
 from logstore.index import CorruptIndexError
@@ -152,10 +153,12 @@ def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> b
 
 def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
              recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
-             on_batch: Callable | None = None) -> LoadedLog:
+             on_batch: Callable | None = None, epoch_cache: LeaderEpochCache | None = None) -> LoadedLog:
     """Open the segments of a partition directory, recovering them as Kafka would.
 
     `on_batch(segment, entry)` sees every entry that recovery scans, in order.
+    Epochs of scanned batches newer than `epoch_cache` knows are assigned to
+    it, so a crash between an append and the checkpoint write loses no epoch.
     """
     config = config or LogConfig()
     started = time.monotonic()
@@ -168,7 +171,16 @@ def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown:
                 max_index_size=config.segment_index_bytes, fmt=fmt)
 
     def batch_hook(segment):
-        return None if on_batch is None else (lambda entry: on_batch(segment, entry))
+        if epoch_cache is None:
+            return None if on_batch is None else (lambda entry: on_batch(segment, entry))
+
+        def hook(entry):
+            epoch = entry.partition_leader_epoch if entry.magic >= 2 else -1
+            if epoch >= 0 and (epoch_cache.latest_epoch is None or epoch > epoch_cache.latest_epoch):
+                epoch_cache.assign(epoch, entry.base_offset)
+            if on_batch is not None:
+                on_batch(segment, entry)
+        return hook
 
     # After an unclean shutdown these get scanned anyway: no separate index rebuild.
     rescanned_from = None if clean_shutdown else max([b for b in bases if b <= recovery_point] or [-1])

@@ -1,15 +1,13 @@
 """One partition: a `<topic>-<partition>` directory of segments.
 
 Appends are serialised by one lock and never wait for the disk unless the
-caller asks for durability; then they share fsyncs (group commit): whoever
-finds no fsync running starts one that covers everything appended so far,
-and everyone who arrives meanwhile waits for the next. Reads take no lock:
-they work from the current segment list and pread the files.
+caller asks for durability; then they share fsyncs (group commit, in
+durability.py). Reads take no lock: they work from the current segment list
+and pread the files.
 """
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import os
 import shutil
@@ -17,10 +15,12 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
+from concurrent.futures import Future
 from typing import Callable, Iterable, Iterator, Sequence
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT
 from logstore.config import LogConfig
+from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from logstore.formats import DEFAULT_FORMAT
@@ -81,7 +81,8 @@ class Log:
 
     def __init__(self, directory: str, segments: list[LogSegment], *, config: LogConfig,
                  log_end_offset: int, log_start_offset: int, recovery_point: int,
-                 report: RecoveryReport | None = None, fmt=DEFAULT_FORMAT):
+                 report: RecoveryReport | None = None, fmt=DEFAULT_FORMAT,
+                 epoch_cache: LeaderEpochCache | None = None):
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
         self.config = config
@@ -91,14 +92,15 @@ class Log:
         self._bases = [s.base_offset for s in segments]
         self._next_offset = log_end_offset
         self._log_start_offset = log_start_offset
-        self._recovery_point = recovery_point
         self._lock = threading.RLock()
-        self._flush_cond = threading.Condition()
-        self._flushing = False
-        self._last_flush = time.monotonic()
+        self._group = GroupCommit(recovery_point, end=lambda: self._next_offset, sync=self._sync,
+                                  name=directory)
         self._pending_deletes: list[tuple[float, LogSegment]] = []
+        # Called (outside the log's locks) after a truncation lowered the recovery point,
+        # so the owner can rewrite its checkpoint before anything is appended above it.
+        self.on_truncated: Callable[["Log"], None] | None = None
         self._closed = False
-        self.epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         self.epoch_cache.truncate_from_end(log_end_offset)
         self.epoch_cache.truncate_from_start(log_start_offset)
 
@@ -109,11 +111,12 @@ class Log:
         """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean."""
         config = config or LogConfig()
         os.makedirs(directory, exist_ok=True)
+        epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         loaded = load_log(directory, config, clean_shutdown=clean_shutdown, recovery_point=recovery_point,
-                          log_start_offset=log_start_offset, fmt=fmt, on_batch=on_batch)
+                          log_start_offset=log_start_offset, fmt=fmt, on_batch=on_batch, epoch_cache=epoch_cache)
         return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   report=loaded.report, fmt=fmt)
+                   report=loaded.report, fmt=fmt, epoch_cache=epoch_cache)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -135,7 +138,7 @@ class Log:
     @property
     def recovery_point(self) -> int:
         """Every offset below this is on disk (fsynced)."""
-        return self._recovery_point
+        return self._group.recovery_point
 
     @property
     def segments(self) -> tuple[LogSegment, ...]:
@@ -173,29 +176,42 @@ class Log:
                 raise RecordTooLargeError(
                     f"batch of {header.size_in_bytes} bytes is larger than segment.bytes {config.segment_bytes}",
                     header.position)
-        with self._lock:
-            self._check_open()
-            first = self._next_offset
-            now = int(time.time() * 1000)
-            append_time = now if config.log_append_time else None
-            last = self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch,
-                                              log_append_time=append_time)
-            max_ts = info.max_timestamp
-            offset_of_max = (first if append_time is not None else
-                             first + sum(h.last_offset_delta + 1 for h in info.batches[:info.max_timestamp_batch + 1]) - 1)
-            segment = self._maybe_roll(info.size, last, max_ts, now)
-            segment.append(buf, last, max_ts, offset_of_max)
-            if leader_epoch >= 0:
-                self.epoch_cache.assign(leader_epoch, first)
-            self._next_offset = last + 1
-            result = AppendResult(first, last, max_ts, offset_of_max,
-                                  append_time if append_time is not None else -1,
-                                  self._log_start_offset, info.record_count, info.size)
+        self._group.begin_write()
+        try:
+            with self._lock:
+                result = self._append_locked(buf, info, leader_epoch)
+        finally:
+            self._group.end_write()
         if durable:
-            self.flush(last + 1)
-        elif self._next_offset - self._recovery_point >= config.flush_messages:
+            self.flush(result.last_offset + 1)
+        elif self._next_offset - self._group.recovery_point >= config.flush_messages:
             self.flush()
         return result
+
+    def _append_locked(self, buf, info, leader_epoch: int) -> AppendResult:
+        self._check_open()
+        self._group.check_healthy()
+        config = self.config
+        first = self._next_offset
+        now = int(time.time() * 1000)
+        append_time = now if config.log_append_time else None
+        last = self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch,
+                                          log_append_time=append_time)
+        max_ts = info.max_timestamp
+        spans, offset = [], first
+        for header in info.batches:
+            offset += header.last_offset_delta + 1
+            spans.append((header.size_in_bytes, offset - 1,
+                          header.max_timestamp if append_time is None else append_time))
+        offset_of_max = first if append_time is not None else spans[info.max_timestamp_batch][1]
+        segment = self._maybe_roll(info.size, last, max_ts, now)
+        segment.append(buf, spans)
+        if leader_epoch >= 0:
+            self.epoch_cache.assign(leader_epoch, first)
+        self._next_offset = last + 1
+        return AppendResult(first, last, max_ts, offset_of_max,
+                            append_time if append_time is not None else -1,
+                            self._log_start_offset, info.record_count, info.size)
 
     def append_records(self, values: Iterable, *, keys: Sequence | None = None, headers: Sequence | None = None,
                        timestamps=None, compression: int = 0, durable: bool = False) -> AppendResult:
@@ -228,7 +244,7 @@ class Log:
                              max_index_size=self.config.segment_index_bytes, fmt=self.format)
             self._set_segments(self._segments + [new])
             log.debug("%s: rolled to segment %d", self.directory, new.base_offset)
-        _flusher.submit(self, new.base_offset)
+        roll_flusher.submit(self.flush, new.base_offset, self.directory)
         return new
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
@@ -239,52 +255,32 @@ class Log:
 
     def flush(self, offset: int | None = None) -> None:
         """Make every offset below `offset` (default: all) durable; concurrent callers share fsyncs."""
-        with self._flush_cond:
-            while True:
-                target = self._next_offset if offset is None else min(offset, self._next_offset)
-                if self._recovery_point >= target or self._closed:
-                    return
-                if not self._flushing:
-                    self._flushing = True
-                    break
-                self._flush_cond.wait()
-        end = self._recovery_point
-        try:
-            # Everything appended before this point rides on this fsync, not just `target`.
-            # No lock: appends write their bytes before moving the end, and
-            # segments only leave the list while no flush is running.
-            end = self._next_offset
-            segments = self._segments
-            start = self._recovery_point
-            for i, segment in enumerate(segments):
-                next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-                if next_base is not None and next_base <= start:
-                    continue
-                if segment.base_offset >= end:
-                    break
-                if next_base is None:
-                    segment.flush_log()
-                else:
-                    segment.flush()
-        finally:
-            with self._flush_cond:
-                self._flushing = False
-                self._recovery_point = max(self._recovery_point, end)
-                self._last_flush = time.monotonic()
-                self._flush_cond.notify_all()
+        self._group.flush(offset)
 
-    @contextlib.contextmanager
-    def _flush_idle(self):
-        """Hold off flushes while segments are closed under them."""
-        with self._flush_cond:
-            while self._flushing:
-                self._flush_cond.wait()
-            yield
+    def durable(self, offset: int) -> Future:
+        """A future that completes once every offset below `offset` is on disk, without blocking."""
+        return self._group.durable(offset)
+
+    def _sync(self, start: int, end: int) -> None:
+        # No lock: appends write their bytes before moving the end, and
+        # segments only leave the list while no fsync runs (GroupCommit.idle).
+        segments = self._segments
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if next_base is not None and next_base <= start:
+                continue
+            if segment.base_offset >= end:
+                break
+            if next_base is None:
+                segment.flush_log()
+            else:
+                segment.flush()
 
     def flush_if_due(self, now: float | None = None) -> bool:
         """Flush when flush.ms has passed since the last flush and something is unflushed."""
         now = time.monotonic() if now is None else now
-        if self._recovery_point < self._next_offset and (now - self._last_flush) * 1000 >= self.config.flush_ms:
+        if (self._group.recovery_point < self._next_offset
+                and (now - self._group.last_flush) * 1000 >= self.config.flush_ms):
             self.flush()
             return True
         return False
@@ -384,28 +380,37 @@ class Log:
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch from the one holding `offset` onwards."""
-        with self._lock, self._flush_idle():
+        with self._lock, self._group.idle():
             self._check_open()
             if offset >= self._next_offset:
                 return
             if offset <= self._segments[0].base_offset:
                 self._truncate_fully(offset)
-                return
-            keep = [s for s in self._segments if s.base_offset < offset]
-            for segment in self._segments[len(keep):]:
-                segment.delete()
-            active = keep[-1]
-            active.truncate_to(offset)
-            active.make_active()
-            self._set_segments(keep)
-            self._next_offset = max(active.read_next_offset(), active.base_offset)
-            self._after_truncation()
+            else:
+                self._truncate_segments(offset)
+        self._notify_truncated()
+
+    def _truncate_segments(self, offset: int) -> None:
+        keep = [s for s in self._segments if s.base_offset < offset]
+        for segment in self._segments[len(keep):]:
+            segment.delete()
+        active = keep[-1]
+        active.truncate_to(offset)
+        active.make_active()
+        self._set_segments(keep)
+        self._next_offset = max(active.read_next_offset(), active.base_offset)
+        self._after_truncation()
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
-        with self._lock, self._flush_idle():
+        with self._lock, self._group.idle():
             self._check_open()
             self._truncate_fully(offset)
+        self._notify_truncated()
+
+    def _notify_truncated(self) -> None:
+        if self.on_truncated is not None:
+            self.on_truncated(self)
 
     def _truncate_fully(self, offset: int) -> None:
         for segment in self._segments:
@@ -419,7 +424,7 @@ class Log:
         self._after_truncation()
 
     def _after_truncation(self) -> None:
-        self._recovery_point = min(self._recovery_point, self._next_offset)
+        self._group.lower_to(self._next_offset)
         self._log_start_offset = min(self._log_start_offset, self._next_offset)
         self.epoch_cache.truncate_from_end(self._next_offset)
 
@@ -486,7 +491,7 @@ class Log:
         with self._lock:
             due = [p for p in self._pending_deletes if all_now or p[0] <= now]
             self._pending_deletes = [p for p in self._pending_deletes if p not in due]
-        with self._flush_idle():
+        with self._group.idle():
             for _, segment in due:
                 segment.delete()
         return len(due)
@@ -498,23 +503,30 @@ class Log:
             raise StorageError(f"log {self.directory} is closed")
 
     def close(self) -> None:
-        """Flush, trim the indexes and close every file (a clean shutdown of this partition)."""
+        """Flush, trim the indexes and close every file (a clean shutdown of this partition).
+
+        The files are closed even when the flush fails; the StorageError then
+        says the shutdown was not clean.
+        """
         with self._lock:
             if self._closed:
                 return
-            self.flush()
-            with self._flush_cond:
+            try:
+                with self._group.urgent():
+                    self.flush()
+            finally:
                 self._closed = True
-                self._flush_cond.notify_all()
-            self.delete_expired_files(all_now=True)
-            for segment in self._segments:
-                segment.close()
+                self._group.close()
+                self.delete_expired_files(all_now=True)
+                for segment in self._segments:
+                    segment.close()
 
     def delete(self) -> None:
         """Close and remove the whole directory."""
-        with self._lock, self._flush_idle():
+        with self._lock, self._group.idle():
             if not self._closed:
                 self._closed = True
+                self._group.close()
                 for _, segment in self._pending_deletes:
                     segment.delete()
                 self._pending_deletes = []
@@ -531,37 +543,3 @@ class Log:
     def __repr__(self) -> str:
         return (f"Log({self.topic}-{self.partition}, start={self._log_start_offset}, "
                 f"end={self._next_offset}, segments={len(self._segments)})")
-
-
-class _Flusher:
-    """One background thread that flushes segments that just rolled, as Kafka's scheduler does."""
-
-    def __init__(self):
-        self._cond = threading.Condition()
-        self._queue: list[tuple[Log, int]] = []
-        self._thread: threading.Thread | None = None
-
-    def submit(self, log_: Log, offset: int) -> None:
-        """Flush `log_` up to `offset` soon."""
-        with self._cond:
-            self._queue.append((log_, offset))
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="logstore-flusher", daemon=True)
-                self._thread.start()
-            self._cond.notify()
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                while not self._queue:
-                    if not self._cond.wait(timeout=5.0):
-                        self._thread = None
-                        return
-                log_, offset = self._queue.pop(0)
-            try:
-                log_.flush(offset)
-            except (OSError, ValueError) as exc:
-                log.warning("%s: background flush failed: %s", log_.directory, exc)
-
-
-_flusher = _Flusher()

@@ -149,10 +149,17 @@ class LogManager:
             remove_clean_shutdown_marker(log_dir)
         log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
 
+    def _open_log(self, path: str, config: LogConfig, **kwargs) -> Log:
+        opened = Log.open(path, config, fmt=self.format, **kwargs)
+        # Kafka rewrites the checkpoint at once: a stale recovery point above a truncation
+        # would let a crash skip the scan of what is appended there next.
+        opened.on_truncated = lambda _: self.checkpoint()
+        return opened
+
     def _load_one(self, log_dir, path, key, clean, recovery_point, log_start_offset) -> None:
         topic, _ = key
-        opened = Log.open(path, self.config_for(topic), clean_shutdown=clean, recovery_point=recovery_point,
-                          log_start_offset=log_start_offset, fmt=self.format)
+        opened = self._open_log(path, self.config_for(topic), clean_shutdown=clean, recovery_point=recovery_point,
+                                log_start_offset=log_start_offset)
         with self._lock:
             self._logs[key] = opened
             self.reports.append(opened.recovery_report)
@@ -186,7 +193,7 @@ class LogManager:
                 path = os.path.join(log_dir, f"{name}-{partition}")
                 os.makedirs(path)
                 write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
-                self._logs[(name, partition)] = Log.open(path, topic_config, clean_shutdown=True, fmt=self.format)
+                self._logs[(name, partition)] = self._open_log(path, topic_config, clean_shutdown=True)
             return TopicInfo(name, topic_id, partitions, topic_config)
 
     def create_partitions(self, name: str, total: int) -> None:
@@ -199,8 +206,7 @@ class LogManager:
                 path = os.path.join(self._least_loaded_dir(), f"{name}-{partition}")
                 os.makedirs(path)
                 write_partition_metadata(os.path.join(path, PARTITION_METADATA), self._topic_ids[name])
-                self._logs[(name, partition)] = Log.open(path, self.config_for(name), clean_shutdown=True,
-                                                         fmt=self.format)
+                self._logs[(name, partition)] = self._open_log(path, self.config_for(name), clean_shutdown=True)
 
     def _least_loaded_dir(self) -> str:
         counts = {d: 0 for d in self.log_dirs}
@@ -315,11 +321,19 @@ class LogManager:
         self._stop.set()
         if self._scheduler is not None:
             self._scheduler.join()
+        unclean: dict[str, StorageError] = {}
         for opened in self._logs.values():
-            opened.close()
+            try:
+                opened.close()
+            except StorageError as exc:
+                unclean.setdefault(os.path.dirname(opened.directory), exc)
         self.checkpoint()
+        # A directory holding a log that failed to flush is recovered on the next open.
         for log_dir in self.log_dirs:
-            write_clean_shutdown_marker(log_dir)
+            if log_dir not in unclean:
+                write_clean_shutdown_marker(log_dir)
+        if unclean:
+            raise next(iter(unclean.values()))
 
     def __enter__(self) -> "LogManager":
         return self

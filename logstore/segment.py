@@ -11,7 +11,7 @@ import mmap
 import os
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Iterator, Sequence
 
 from logstore.errors import CorruptRecordError
 from logstore.formats import DEFAULT_FORMAT
@@ -148,23 +148,31 @@ class LogSegment:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def append(self, data, largest_offset: int, max_timestamp: int, offset_of_max_timestamp: int) -> int:
-        """Write whole batches at the end; index them if `index.interval.bytes` passed. Returns the position."""
+    def append(self, data, batches: Sequence[tuple[int, int, int]]) -> int:
+        """Write whole batches at the end and index them; returns the position.
+
+        `batches` holds `(size, last_offset, max_timestamp)` of each batch in
+        `data`, in order. As in current Kafka, every batch boundary may take
+        an index entry (once `index.interval.bytes` have passed since the
+        last), not just the start of each append.
+        """
         position = self.size
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(largest_offset, position)
-            ts, ts_offset = self._merge_max_timestamp(max_timestamp, offset_of_max_timestamp)
-            self.time_index.maybe_append(ts, ts_offset)
-            self.bytes_since_last_index_entry = 0
-        else:
-            self._merge_max_timestamp(max_timestamp, offset_of_max_timestamp)
         view = memoryview(data)
         written = 0
         # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
         while written < len(view):
             written += os.pwrite(self.fd, view[written:], position + written)
+        # Indexed only once the bytes are written: an entry never points past the end.
+        batch_position = position
+        for size, last_offset, max_timestamp in batches:
+            self._merge_max_timestamp(max_timestamp, last_offset)
+            if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                self.offset_index.append(last_offset, batch_position)
+                self.time_index.maybe_append(*self._max_ts)
+                self.bytes_since_last_index_entry = 0
+            batch_position += size
+            self.bytes_since_last_index_entry += size
         self.size += written
-        self.bytes_since_last_index_entry += written
         return position
 
     def _merge_max_timestamp(self, timestamp: int, offset: int) -> tuple[int, int]:

@@ -95,9 +95,9 @@ def _kill_after(directory: Path, seed: int, acks: int) -> Crash:
 
 
 def _check_indexes(log: Log) -> None:
-    """Every offset-index entry points at the start of the append (one or more batches) whose
-    last offset it holds, as Kafka's rule says; every time-index entry names an offset of its
-    segment with that offset's timestamp."""
+    """Every offset-index entry points at the start of the batch whose last offset it holds
+    (appends and recovery index batch by batch); every time-index entry names an offset of
+    its segment with that offset's timestamp."""
     segments = log.segments
     for i, segment in enumerate(segments):
         next_base = segments[i + 1].base_offset if i + 1 < len(segments) else log.log_end_offset
@@ -107,10 +107,10 @@ def _check_indexes(log: Log) -> None:
             offset, position = index.entry(slot)
             assert offset > previous[0] and position > previous[1], (segment, slot, offset, position)
             first = next(segment.iter_bounds(position))
-            assert first.position == position and first.base_offset <= offset, (segment, offset, position, first)
+            assert first.position == position and first.last_offset == offset, (segment, offset, position, first)
             found = segment.translate_offset(offset)
-            assert found is not None and found.position >= position, (segment, offset, position, found)
-            assert found.base_offset <= offset <= found.last_offset < next_base
+            assert found is not None and found.position == position, (segment, offset, position, found)
+            assert offset < next_base
             previous = (offset, position)
         times = segment.time_index
         for slot in range(times.entries):

@@ -157,6 +157,21 @@ def test_leader_epoch_is_stamped_and_checkpointed(tmp_path):
     assert open(tmp_path / "t-0" / "leader-epoch-checkpoint").read() == "0\n2\n3 0\n5 2\n"
 
 
+def test_recovery_restores_epochs_the_checkpoint_missed(tmp_path):
+    """A crash after an append in a new epoch but before its checkpoint write loses no epoch."""
+    path = tmp_path / "t-0"
+    with Log.open(str(path)) as log:
+        log.append(K.encode_batch([None], [b"a"]), leader_epoch=3)
+        log.flush()
+        before = (path / "leader-epoch-checkpoint").read_text()
+        log.append(K.encode_batch([None], [b"b"]), leader_epoch=5)
+        log.append(K.encode_batch([None], [b"c"]), leader_epoch=7)
+    (path / "leader-epoch-checkpoint").write_text(before)
+    with Log.open(str(path), recovery_point=1) as log:
+        assert log.epoch_cache.entries == [(3, 0), (5, 1), (7, 2)]
+    assert (path / "leader-epoch-checkpoint").read_text() == "0\n3\n3 0\n5 1\n7 2\n"
+
+
 def test_log_append_time_stamps_batches(tmp_path):
     with Log.open(str(tmp_path / "t-0"), _config(message_timestamp_type="LogAppendTime")) as log:
         result = log.append_records([b"a", b"b"], timestamps=5)

@@ -287,12 +287,12 @@ class LogModel(RuleBasedStateMachine):
             index = segment.offset_index
             for slot in range(index.entries):
                 offset, position = index.entry(slot)
-                # Kafka indexes an append (one or more batches) at its start, by its last offset.
+                # Each entry is one batch's last offset at that batch's position.
                 first = next(segment.iter_bounds(position))
-                assert first.position == position and first.base_offset <= offset, (segment, offset, first)
+                assert first.position == position and first.last_offset == offset, (segment, offset, first)
                 found = segment.translate_offset(offset)
-                assert found is not None and found.position >= position, (segment, offset, position, found)
-                assert found.base_offset <= offset <= found.last_offset < next_base
+                assert found is not None and found.position == position, (segment, offset, position, found)
+                assert offset < next_base
             times = segment.time_index
             for slot in range(times.entries):
                 timestamp, offset = times.entry(slot)

@@ -6,7 +6,7 @@ import os
 import pytest
 
 import logstore
-from logstore.checkpoints import read_partition_metadata
+from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint, read_partition_metadata
 from logstore.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -79,6 +79,27 @@ def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
         assert report.recovered_segments == [b for b in bases if b >= holding]
         assert len(report.recovered_segments) < len(bases)
         assert reopened.log("t").log_end_offset == 105
+    store._stop.set()
+
+
+def test_truncation_rewrites_the_recovery_point_checkpoint_at_once(tmp_path):
+    store = logstore.open(str(tmp_path), {"segment.bytes": 1500}, start_scheduler=False)
+    store.create_topic("t")
+    log = store.log("t")
+    for i in range(100):
+        log.append_records([b"x" * 20])
+    log.flush()
+    store.checkpoint()
+    assert OffsetCheckpoint(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 100}
+    log.truncate_to(40)
+    assert OffsetCheckpoint(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 40}
+    # Unflushed appends above the truncation point, then a crash: recovery scans them.
+    for i in range(30):
+        log.append_records([b"z" * 20])
+    with logstore.open(str(tmp_path)) as reopened:
+        report = reopened.log("t").recovery_report
+        assert min(report.recovered_segments) <= 40
+        assert reopened.log("t").log_end_offset == 70
     store._stop.set()
 
 

@@ -1,0 +1,239 @@
+"""Group commit: how a partition's appends become durable.
+
+One thread at a time (the leader) fsyncs; everything appended before the
+leader fixed its range rides on that fsync, and callers that arrived while it
+ran wait and share the next one. So a burst of durable appends costs one fsync
+per burst, not one per append. The leader first waits for appends already
+under way (counted by `begin_write`/`end_write`), because those are exactly
+the ones that would otherwise need an fsync of their own right after.
+
+Waiting callers either block (`flush`) or hold a future (`durable`), the form
+a server uses so that its request loop never blocks on a disk: a shared pool
+runs one fsync per turn for each partition with waiters.
+"""
+from __future__ import annotations
+
+import contextlib
+import heapq
+import itertools
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable
+
+from .errors import StorageError
+
+log = logging.getLogger(__name__)
+
+# fsync releases the GIL, so partitions with waiters sync side by side.
+_SYNC_WORKERS = max(4, 2 * (os.cpu_count() or 1))
+_sync_pool: ThreadPoolExecutor | None = None
+_sync_pool_lock = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _sync_pool
+    with _sync_pool_lock:
+        if _sync_pool is None:
+            _sync_pool = ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="logstore-sync")
+        return _sync_pool
+
+
+class GroupCommit:
+    """The recovery point of one partition and the fsyncs that move it."""
+
+    def __init__(self, recovery_point: int, *, end: Callable[[], int], sync: Callable[[int, int], None],
+                 name: str = ""):
+        self._end = end
+        self._sync = sync
+        self._name = name
+        # Reentrant: a truncation lowers the recovery point while holding `idle()`.
+        self._cond = threading.Condition(threading.RLock())
+        self._recovery_point = recovery_point
+        self._flushing = False
+        self._closed = False
+        self.failure: BaseException | None = None
+        self._writes_started = 0
+        self._writes_done = 0
+        self._urgent = 0
+        self._waiters: list[tuple[int, int, Future]] = []
+        self._order = itertools.count()
+        self._driving = False
+        self.last_flush = time.monotonic()
+
+    @property
+    def recovery_point(self) -> int:
+        """Every offset below this is on disk."""
+        return self._recovery_point
+
+    # -- writers ---------------------------------------------------------------------------
+
+    def begin_write(self) -> None:
+        """An append is under way (call before taking the log's lock)."""
+        with self._cond:
+            self._writes_started += 1
+
+    def end_write(self) -> None:
+        """The append begun last by this thread has written its bytes or failed."""
+        with self._cond:
+            self._writes_done += 1
+            if self._flushing:
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def urgent(self):
+        """For holders of the log's lock: leaders stop waiting for appends that need that lock."""
+        with self._cond:
+            self._urgent += 1
+            self._cond.notify_all()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._urgent -= 1
+
+    @contextlib.contextmanager
+    def idle(self):
+        """Hold off fsyncs while the caller changes the segments under them."""
+        with self.urgent(), self._cond:
+            while self._flushing:
+                self._cond.wait()
+            yield
+
+    # -- flushing --------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """Make every offset below `offset` (default: all appended) durable, sharing fsyncs."""
+        with self._cond:
+            while True:
+                self.check_healthy()
+                end = self._end()
+                target = end if offset is None else min(offset, end)
+                if self._recovery_point >= target or self._closed:
+                    return
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                self._cond.wait()
+            ticket = self._writes_started
+            while self._writes_done < ticket and not self._urgent:
+                self._cond.wait()
+            start, end = self._recovery_point, self._end()
+        done = False
+        try:
+            self._sync(start, end)
+            done = True
+        except BaseException as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages and
+            # a retry can "succeed" without them: never claim durability again.
+            self.failure = exc
+            raise
+        finally:
+            with self._cond:
+                self._flushing = False
+                if done:
+                    self._recovery_point = max(self._recovery_point, end)
+                    self.last_flush = time.monotonic()
+                ready = self._pop_ready()
+                self._cond.notify_all()
+            for fut in ready:
+                fut.set_result(self._recovery_point)
+
+    def check_healthy(self) -> None:
+        """Raise StorageError once an fsync has failed: the partition takes no more writes."""
+        if self.failure is not None:
+            raise StorageError(f"log {self._name} is offline after a failed fsync: {self.failure}")
+
+    def _pop_ready(self) -> list[Future]:
+        ready = []
+        while self._waiters and self._waiters[0][0] <= self._recovery_point:
+            ready.append(heapq.heappop(self._waiters)[2])
+        return ready
+
+    def durable(self, offset: int) -> Future:
+        """A future that completes (with the recovery point) once every offset below `offset` is on disk."""
+        fut: Future = Future()
+        with self._cond:
+            if self._recovery_point >= offset:
+                fut.set_result(self._recovery_point)
+                return fut
+            if self._closed or self.failure is not None:
+                fut.set_exception(StorageError(f"log {self._name} is "
+                                               f"{'closed' if self._closed else 'offline after a failed fsync'}"))
+                return fut
+            heapq.heappush(self._waiters, (offset, next(self._order), fut))
+            start = not self._driving
+            self._driving = True
+        if start:
+            _pool().submit(self._drive)
+        return fut
+
+    def _drive(self) -> None:
+        # One fsync per turn, then back in the pool's queue: partitions with waiters take turns.
+        try:
+            self.flush()
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear of the failure
+            log.error("%s: fsync failed: %s", self._name, exc)
+            with self._cond:
+                failed = [w[2] for w in self._waiters]
+                self._waiters.clear()
+                self._driving = False
+            for fut in failed:
+                fut.set_exception(exc if isinstance(exc, Exception) else StorageError(str(exc)))
+            return
+        with self._cond:
+            if not self._waiters or self._closed:
+                self._driving = False
+                return
+        _pool().submit(self._drive)
+
+    def lower_to(self, offset: int) -> None:
+        """After a truncation: nothing at or above `offset` exists any more."""
+        with self._cond:
+            self._recovery_point = min(self._recovery_point, offset)
+
+    def close(self) -> None:
+        """No more fsyncs; waiters that were not satisfied fail."""
+        with self._cond:
+            self._closed = True
+            failed = [w[2] for w in self._waiters]
+            self._waiters.clear()
+            self._cond.notify_all()
+        for fut in failed:
+            fut.set_exception(StorageError(f"log {self._name} closed before offset was durable"))
+
+
+class RollFlusher:
+    """One background thread that flushes segments that just rolled, as Kafka's scheduler does."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._queue: list[tuple[Callable[[int], None], int, str]] = []
+        self._thread: threading.Thread | None = None
+
+    def submit(self, flush: Callable[[int], None], offset: int, name: str) -> None:
+        """Call `flush(offset)` soon, on the flusher thread."""
+        with self._cond:
+            self._queue.append((flush, offset, name))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="logstore-flusher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue:
+                    if not self._cond.wait(timeout=5.0):
+                        self._thread = None
+                        return
+                flush, offset, name = self._queue.pop(0)
+            try:
+                flush(offset)
+            except (OSError, ValueError, StorageError) as exc:
+                log.warning("%s: background flush failed: %s", name, exc)
+
+
+roll_flusher = RollFlusher()
