@@ -40,6 +40,14 @@ bench: build
 		--benchmark-json=.benchmarks/storage.json \
 		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
 	$(BIN)/python bench/storage_report.py .benchmarks/storage.json
+	$(PYTEST) -q bench/test_producer_state.py --benchmark-only \
+		--benchmark-json=.benchmarks/producer.json \
+		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BIN)/python bench/producer_report.py .benchmarks/producer.json
+	$(PYTEST) -q bench/test_transactions.py --benchmark-only \
+		--benchmark-json=.benchmarks/transactions.json \
+		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BIN)/python bench/transactions_report.py .benchmarks/transactions.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

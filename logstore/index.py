@@ -232,6 +232,18 @@ class AbortedTxn:
 _ABORTED = struct.Struct(">hqqqq")
 
 
+def sync_file(path: str) -> None:
+    """fsync a file if it exists (a txnindex is created lazily; a snapshot may be deleted meanwhile)."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 class TxnIndex:
     """`.txnindex`: aborted transactions, appended in marker order; created on first use."""
 
@@ -241,6 +253,7 @@ class TxnIndex:
         self.path = path
         self.base_offset = base_offset
         self._entries: list[AbortedTxn] | None = None
+        self._fd = -1  # opened by the first append: most segments never have an aborted transaction
 
     @property
     def entries(self) -> list[AbortedTxn]:
@@ -269,10 +282,11 @@ class TxnIndex:
         if entries and txn.last_offset <= entries[-1].last_offset:
             raise InvalidOffsetError(
                 f"aborted transaction ending at {txn.last_offset} is not after {entries[-1].last_offset}")
-        with open(self.path, "r+b" if os.path.exists(self.path) else "wb") as f:
-            f.seek(len(entries) * self.entry_size)
-            f.write(_ABORTED.pack(0, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset))
-            f.truncate()
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # At the end of the whole entries: a partial one left by a crash is overwritten.
+        os.pwrite(self._fd, _ABORTED.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
+                                          txn.last_stable_offset), len(entries) * self.entry_size)
         entries.append(txn)
 
     def collect(self, fetch_offset: int, upper_bound: int) -> tuple[list[AbortedTxn], bool]:
@@ -305,12 +319,16 @@ class TxnIndex:
 
     def flush(self) -> None:
         """Make the file durable (appends are written through at once)."""
-        if os.path.exists(self.path):
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        if self._fd >= 0:
+            os.fsync(self._fd)
+        else:
+            sync_file(self.path)
+
+    def close(self) -> None:
+        """Close the file if an append opened it."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
     def rename(self, path: str) -> None:
         """Move the file if it exists."""
@@ -320,6 +338,7 @@ class TxnIndex:
 
     def delete(self) -> None:
         """Remove the file if it exists."""
+        self.close()
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from logstore.config import LogConfig
 from logstore.epoch_cache import LeaderEpochCache
@@ -62,6 +62,8 @@ class RecoveryReport:
     log_end_offset: int = 0
     recovery_point: int = 0
     seconds: float = 0.0
+    producer_state: Any = None
+    """How the producer state was rebuilt (`producer_state.SnapshotLoad`), set by Log.open."""
 
     @property
     def truncated(self) -> bool:
@@ -153,10 +155,13 @@ def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> b
 
 def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
              recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
-             on_batch: Callable | None = None, epoch_cache: LeaderEpochCache | None = None) -> LoadedLog:
+             on_batch: Callable | None = None, epoch_cache: LeaderEpochCache | None = None,
+             before_recovery: Callable | None = None) -> LoadedLog:
     """Open the segments of a partition directory, recovering them as Kafka would.
 
-    `on_batch(segment, entry)` sees every entry that recovery scans, in order.
+    `on_batch(segment, entry)` sees every entry that recovery scans, in order,
+    and `before_recovery(segments, base_offset)` is called once before the
+    scan starts at `base_offset` (producer state replays through these).
     Epochs of scanned batches newer than `epoch_cache` knows are assigned to
     it, so a crash between an append and the checkpoint write loses no epoch.
     """
@@ -170,14 +175,17 @@ def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown:
     opts = dict(index_interval_bytes=config.index_interval_bytes,
                 max_index_size=config.segment_index_bytes, fmt=fmt)
 
+    latest = [-1]
+
     def batch_hook(segment):
         if epoch_cache is None:
             return None if on_batch is None else (lambda entry: on_batch(segment, entry))
+        latest[0] = -1 if epoch_cache.latest_epoch is None else epoch_cache.latest_epoch
 
         def hook(entry):
-            epoch = entry.partition_leader_epoch if entry.magic >= 2 else -1
-            if epoch >= 0 and (epoch_cache.latest_epoch is None or epoch > epoch_cache.latest_epoch):
-                epoch_cache.assign(epoch, entry.base_offset)
+            if entry.magic >= 2 and entry.partition_leader_epoch > latest[0]:
+                latest[0] = entry.partition_leader_epoch
+                epoch_cache.assign(latest[0], entry.base_offset)
             if on_batch is not None:
                 on_batch(segment, entry)
         return hook
@@ -199,7 +207,7 @@ def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown:
                 log.warning("%s: rebuilding the indexes of segment %d: %s", directory, base, reason)
                 _recover_segment(segment, report, None)
         if not clean_shutdown:
-            _recover_after(segments, recovery_point, report, batch_hook)
+            _recover_after(segments, recovery_point, report, batch_hook, before_recovery)
         if not segments:
             segments.append(LogSegment(directory, log_start_offset, **opts))
         for segment in segments[:-1]:
@@ -229,12 +237,15 @@ def _index_problem(segment: LogSegment) -> str | None:
     return None
 
 
-def _recover_after(segments: list[LogSegment], recovery_point: int, report: RecoveryReport, batch_hook) -> None:
+def _recover_after(segments: list[LogSegment], recovery_point: int, report: RecoveryReport, batch_hook,
+                   before_recovery) -> None:
     """Scan the segment holding the recovery point and every later one; the first cut ends the log."""
     first = 0
     for i, segment in enumerate(segments):
         if segment.base_offset <= recovery_point:
             first = i
+    if before_recovery is not None and first < len(segments):
+        before_recovery(segments, segments[first].base_offset)
     for i in range(first, len(segments)):
         if _recover_segment(segments[i], report, batch_hook(segments[i])):
             for later in segments[i + 1:]:

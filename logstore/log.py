@@ -24,7 +24,16 @@ from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from logstore.formats import DEFAULT_FORMAT
+from logstore.index import AbortedTxn
 from logstore.loader import RecoveryReport, load_log
+from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
+from logstore.producer_state import (
+    DEFAULT_EXPIRATION_MS,
+    sync_file,
+    ORIGIN_CLIENT,
+    ORIGIN_COORDINATOR,
+    ProducerStateManager,
+)
 from logstore.segment import DELETED_SUFFIX, FileSlice, LogSegment
 
 log = logging.getLogger(__name__)
@@ -47,6 +56,8 @@ class AppendResult:
     log_start_offset: int
     record_count: int
     size: int
+    duplicate: bool = False
+    """A producer's retry of a batch already in the log: nothing was written, the offsets are the first write's."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,9 @@ class FetchData:
     records: FileSlice | None
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int = -1
+    aborted_transactions: list[AbortedTxn] | None = None
+    """read_committed only: aborted transactions overlapping the slice, as a Fetch response carries them."""
 
     @property
     def size(self) -> int:
@@ -82,7 +96,7 @@ class Log:
     def __init__(self, directory: str, segments: list[LogSegment], *, config: LogConfig,
                  log_end_offset: int, log_start_offset: int, recovery_point: int,
                  report: RecoveryReport | None = None, fmt=DEFAULT_FORMAT,
-                 epoch_cache: LeaderEpochCache | None = None):
+                 epoch_cache: LeaderEpochCache | None = None, producers: ProducerStateManager | None = None):
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
         self.config = config
@@ -103,20 +117,51 @@ class Log:
         self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
         self.epoch_cache.truncate_from_end(log_end_offset)
         self.epoch_cache.truncate_from_start(log_start_offset)
+        self.producers = producers or ProducerStateManager(directory)
+        self.producers.map_end_offset = log_end_offset
 
     @classmethod
     def open(cls, directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
              recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
-             on_batch: Callable | None = None) -> "Log":
+             on_batch: Callable | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> "Log":
         """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean."""
         config = config or LogConfig()
         os.makedirs(directory, exist_ok=True)
         epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        producers = ProducerStateManager(directory, expiration_ms=producer_id_expiration_ms)
+        rebuilt = []
+
+        def before_recovery(segments, base_offset):
+            # Producer state rides on recovery's scan: one pass over the unflushed tail.
+            producers.begin_rebuild(segments, base_offset, log_start_offset=log_start_offset, fmt=fmt)
+            rebuilt.append(base_offset)
+
+        def replay(segment, entry):
+            producers.replay_scanned(segment, entry)
+            on_batch(segment, entry)
         loaded = load_log(directory, config, clean_shutdown=clean_shutdown, recovery_point=recovery_point,
-                          log_start_offset=log_start_offset, fmt=fmt, on_batch=on_batch, epoch_cache=epoch_cache)
+                          log_start_offset=log_start_offset, fmt=fmt, epoch_cache=epoch_cache,
+                          on_batch=producers.replay_scanned if on_batch is None else replay,
+                          before_recovery=before_recovery)
+        report = loaded.report
+        try:
+            if rebuilt:
+                producers.finish_rebuild(loaded.segments, log_start_offset=loaded.log_start_offset,
+                                         log_end_offset=loaded.log_end_offset)
+            else:
+                producers.load(loaded.segments, log_start_offset=loaded.log_start_offset,
+                               log_end_offset=loaded.log_end_offset, clean_shutdown=clean_shutdown, fmt=fmt)
+            report.producer_state = producers.load_report
+            if rebuilt or producers.load_report.replayed_batches:
+                # So the next open replays nothing (Kafka snapshots at the end of a rebuild).
+                producers.take_snapshot()
+        except BaseException:
+            for segment in loaded.segments:
+                segment.close()
+            raise
         return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   report=loaded.report, fmt=fmt, epoch_cache=epoch_cache)
+                   report=report, fmt=fmt, epoch_cache=epoch_cache, producers=producers)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -129,6 +174,15 @@ class Log:
     def high_watermark(self) -> int:
         """On a single node every appended offset is replicated: the log end offset."""
         return self._next_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """read_committed reads stop here: the first offset of the oldest open transaction, else the
+        high watermark."""
+        unstable = self.producers.first_unstable_offset()
+        if unstable is None or unstable >= self.high_watermark:
+            return self.high_watermark
+        return max(unstable, self._log_start_offset)
 
     @property
     def log_start_offset(self) -> int:
@@ -179,7 +233,8 @@ class Log:
         self._group.begin_write()
         try:
             with self._lock:
-                result = self._append_locked(buf, info, leader_epoch)
+                result = self._append_locked(buf, info, leader_epoch,
+                                             ORIGIN_CLIENT if client else ORIGIN_COORDINATOR)
         finally:
             self._group.end_write()
         if durable:
@@ -188,38 +243,73 @@ class Log:
             self.flush()
         return result
 
-    def _append_locked(self, buf, info, leader_epoch: int) -> AppendResult:
+    def _append_locked(self, buf, info, leader_epoch: int, origin: int) -> AppendResult:
         self._check_open()
         self._group.check_healthy()
         config = self.config
         first = self._next_offset
+        last = first + info.offset_count - 1
         now = int(time.time() * 1000)
         append_time = now if config.log_append_time else None
-        last = self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch,
-                                          log_append_time=append_time)
-        max_ts = info.max_timestamp
-        spans, offset = [], first
-        for header in info.batches:
-            offset += header.last_offset_delta + 1
-            spans.append((header.size_in_bytes, offset - 1,
-                          header.max_timestamp if append_time is None else append_time))
-        offset_of_max = first if append_time is not None else spans[info.max_timestamp_batch][1]
+        max_ts = info.max_timestamp if append_time is None else append_time
+        # Roll first: the snapshot a roll takes must not see this append.
         segment = self._maybe_roll(info.size, last, max_ts, now)
-        segment.append(buf, spans)
+        prepared = self.producers.prepare(info.batches, first, origin,
+                                          lambda batch: self.format.read_marker(buf, batch.position))
+        if prepared is not None and prepared.duplicate is not None:
+            dup_first, dup_last, dup_ts = prepared.duplicate
+            # As Kafka answers a retry: the first write's offsets and timestamp, nothing appended.
+            return AppendResult(dup_first, dup_last, dup_ts, dup_last, dup_ts, self._log_start_offset, 0, 0,
+                                duplicate=True)
+        try:
+            self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch, log_append_time=append_time)
+            spans, offset = [], first
+            for header in info.batches:
+                offset += header.last_offset_delta + 1
+                spans.append((header.size_in_bytes, offset - 1,
+                              header.max_timestamp if append_time is None else append_time))
+            segment.append(buf, spans)
+        except BaseException:
+            self.producers.rollback(prepared)
+            raise
+        self.producers.commit(prepared, segment.txn_index, last + 1)
         if leader_epoch >= 0:
             self.epoch_cache.assign(leader_epoch, first)
         self._next_offset = last + 1
-        return AppendResult(first, last, max_ts, offset_of_max,
-                            append_time if append_time is not None else -1,
+        offset_of_max = first if append_time is not None else spans[info.max_timestamp_batch][1]
+        return AppendResult(first, last, max_ts, offset_of_max, append_time if append_time is not None else -1,
                             self._log_start_offset, info.record_count, info.size)
 
     def append_records(self, values: Iterable, *, keys: Sequence | None = None, headers: Sequence | None = None,
-                       timestamps=None, compression: int = 0, durable: bool = False) -> AppendResult:
-        """Build one batch from values (and keys, headers, timestamps) and append it."""
+                       timestamps=None, compression: int = 0, durable: bool = False, producer_id: int = -1,
+                       producer_epoch: int = -1, base_sequence: int = -1,
+                       transactional: bool = False) -> AppendResult:
+        """Build one batch from values (and keys, headers, timestamps) and append it.
+
+        With a producer id, epoch and base sequence the append is idempotent:
+        a retry of one of the producer's last five batches returns the first
+        write's offsets (`duplicate=True`) and writes nothing; `transactional`
+        puts it in the producer's open transaction (see `write_txn_marker`).
+        """
         values = list(values)
         keys = list(keys) if keys is not None else [None] * len(values)
-        batch = self.format.encode_batch(keys, values, headers, timestamps, compression=compression)
+        batch = self.format.encode_batch(keys, values, headers, timestamps, compression=compression,
+                                         producer_id=producer_id, producer_epoch=producer_epoch,
+                                         base_sequence=base_sequence, transactional=transactional)
         return self.append(bytearray(batch), durable=durable)
+
+    def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
+                         commit: bool, timestamp: int | None = None, leader_epoch: int = 0,
+                         durable: bool = False) -> AppendResult:
+        """End the producer's open transaction with a COMMIT or ABORT marker (what the coordinator writes)."""
+        timestamp = int(time.time() * 1000) if timestamp is None else timestamp
+        marker = self.format.build_control_batch(commit, coordinator_epoch, producer_id, producer_epoch, timestamp)
+        return self.append(bytearray(marker), leader_epoch=leader_epoch, client=False, durable=durable)
+
+    def expire_producers(self, now_ms: int | None = None) -> list[int]:
+        """Drop producers idle for producer.id.expiration.ms (never one with an open transaction)."""
+        with self._lock:
+            return self.producers.expire(now_ms)
 
     def _maybe_roll(self, size: int, last_offset: int, max_timestamp: int, now: int) -> LogSegment:
         segment = self._segments[-1]
@@ -240,11 +330,18 @@ class Log:
             if old.base_offset == self._next_offset and old.size == 0:
                 return old
             old.on_becoming_inactive()
+            # Kafka's snapshot at every roll, so a restart replays at most the active segment.
+            snapshot = self.producers.take_snapshot(sync=False)
             new = LogSegment(self.directory, self._next_offset, index_interval_bytes=self.config.index_interval_bytes,
                              max_index_size=self.config.segment_index_bytes, fmt=self.format)
             self._set_segments(self._segments + [new])
             log.debug("%s: rolled to segment %d", self.directory, new.base_offset)
-        roll_flusher.submit(self.flush, new.base_offset, self.directory)
+
+        def flush_rolled(offset: int) -> None:
+            self.flush(offset)
+            if snapshot is not None:
+                sync_file(snapshot)
+        roll_flusher.submit(flush_rolled, new.base_offset, self.directory)
         return new
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
@@ -288,23 +385,29 @@ class Log:
     # -- reads ---------------------------------------------------------------------------
 
     def read(self, offset: int, max_bytes: int = 1 << 20, *, max_offset: int | None = None,
-             min_one_message: bool = True) -> FetchData:
+             min_one_message: bool = True, isolation: str = READ_UNCOMMITTED) -> FetchData:
         """Batch bytes from the one holding `offset`, up to `max_bytes` and below `max_offset`.
 
         Like Kafka's, the slice may end inside a batch when `max_bytes` cuts
         it; readers drop a partial last batch. `max_offset` (the high
         watermark or last stable offset) ends the slice at the start of the
-        batch holding it. Raises OffsetOutOfRangeError
-        outside [log start offset, log end offset].
+        batch holding it. `read_committed` also stops at the last stable
+        offset and adds the aborted transactions the slice may hold. Raises
+        OffsetOutOfRangeError outside [log start offset, log end offset].
         """
+        committed = check_isolation(isolation)
         segments, bases = self._segments, self._bases
         end = self._next_offset
         start = self._log_start_offset
+        lso = self.last_stable_offset
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(f"offset {offset} is outside [{start}, {end}] of {self.directory}")
         upper = end if max_offset is None else min(max_offset, end)
+        if committed:
+            upper = min(upper, lso)
+        empty = FetchData(offset, None, end, start, lso, [] if committed else None)
         if offset >= upper:
-            return FetchData(offset, None, end, start)
+            return empty
         for i in range(self._segment_index(offset, bases), len(segments)):
             segment = segments[i]
             max_position = None
@@ -313,14 +416,29 @@ class Log:
                 max_position = found.position if found is not None else segment.size
             result = segment.read(offset, max_bytes, max_position, min_one_message)
             if result is not None:
-                return FetchData(offset, result[1] if result[1].size else None, end, start)
-        return FetchData(offset, None, end, start)
+                aborted = None
+                if committed:
+                    # Kafka's bound when the index says nothing closer: the next segment's base.
+                    bound = min(upper, bases[i + 1]) if i + 1 < len(bases) else upper
+                    aborted = collect_aborted(segments, bases, offset, bound)
+                return FetchData(offset, result[1] if result[1].size else None, end, start, lso, aborted)
+        return empty
 
     def iter_records(self, offset: int | None = None, *, max_offset: int | None = None,
-                     include_control: bool = False, chunk_bytes: int = 1 << 20) -> Iterator:
-        """Every record from `offset` (default: the log start) below `max_offset`, decoded."""
+                     include_control: bool = False, chunk_bytes: int = 1 << 20,
+                     isolation: str = READ_UNCOMMITTED) -> Iterator:
+        """Every record from `offset` (default: the log start) below `max_offset`, decoded.
+
+        `read_committed` stops at the last stable offset and leaves out the
+        records of aborted transactions and every control record.
+        """
         offset = self._log_start_offset if offset is None else offset
         upper = self._next_offset if max_offset is None else min(max_offset, self._next_offset)
+        keep = None
+        if check_isolation(isolation):
+            upper = min(upper, self.last_stable_offset)
+            keep = CommittedFilter(collect_aborted(self._segments, self._bases, offset, upper)).keep
+        fmt = self.format
         while offset < upper:
             # Bytes up to the log end: `upper` may fall inside a batch, whose head still counts.
             data = self.read(offset, chunk_bytes)
@@ -328,11 +446,14 @@ class Log:
                 return
             buf = data.read()
             next_offset = offset
-            for entry in self.format.iter_entries(buf):
+            for entry in fmt.iter_entries(buf):
                 next_offset = entry.last_offset + 1
-                if getattr(entry, "is_control", False) and not include_control:
+                if keep is not None:
+                    if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
+                        continue
+                elif getattr(entry, "is_control", False) and not include_control:
                     continue
-                for record in self.format.decode_entry(buf, entry):
+                for record in fmt.decode_entry(buf, entry):
                     if offset <= record.offset < upper:
                         yield record
             if next_offset <= offset:
@@ -400,6 +521,9 @@ class Log:
         self._set_segments(keep)
         self._next_offset = max(active.read_next_offset(), active.base_offset)
         self._after_truncation()
+        # Kafka's truncateAndReload: the newest snapshot at or below the new end, then a replay.
+        self.producers.load(keep, log_start_offset=self._log_start_offset, log_end_offset=self._next_offset,
+                            clean_shutdown=False, fmt=self.format)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
@@ -421,6 +545,7 @@ class Log:
         self._next_offset = offset
         self._log_start_offset = offset
         self.epoch_cache.clear()
+        self.producers.reset(offset)
         self._after_truncation()
 
     def _after_truncation(self) -> None:
@@ -439,6 +564,7 @@ class Log:
                 self._log_start_offset = offset
                 self.epoch_cache.truncate_from_start(offset)
                 self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset)
+                self.producers.delete_snapshots(lambda o: o >= self._log_start_offset)
             return self._log_start_offset
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -477,6 +603,7 @@ class Log:
         self._set_segments(kept)
         self._log_start_offset = max(self._log_start_offset, kept[0].base_offset)
         self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self.producers.delete_snapshots(lambda o: o >= self._log_start_offset)
         due = time.monotonic() + self.config.file_delete_delay_ms / 1000
         for segment in doomed:
             # Kafka's two-step delete: readers holding a slice keep a valid file until the delay passes.
@@ -514,6 +641,8 @@ class Log:
             try:
                 with self._group.urgent():
                     self.flush()
+                # At the log end, so the next open replays nothing.
+                self.producers.take_snapshot()
             finally:
                 self._closed = True
                 self._group.close()

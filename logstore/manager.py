@@ -54,6 +54,8 @@ SCHEDULE_DEFAULTS = {
     "log.flush.start.offset.checkpoint.interval.ms": 60_000,
     "log.flush.scheduler.interval.ms": 1_000,
     "num.recovery.threads.per.data.dir": 2,
+    "producer.id.expiration.ms": 86_400_000,
+    "producer.id.expiration.check.interval.ms": 600_000,
 }
 
 
@@ -150,7 +152,8 @@ class LogManager:
         log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
 
     def _open_log(self, path: str, config: LogConfig, **kwargs) -> Log:
-        opened = Log.open(path, config, fmt=self.format, **kwargs)
+        opened = Log.open(path, config, fmt=self.format,
+                          producer_id_expiration_ms=int(self.settings["producer.id.expiration.ms"]), **kwargs)
         # Kafka rewrites the checkpoint at once: a stale recovery point above a truncation
         # would let a crash skip the scan of what is appended there next.
         opened.on_truncated = lambda _: self.checkpoint()
@@ -284,6 +287,10 @@ class LogManager:
             opened.delete_expired_files()
         return deleted
 
+    def expire_producers(self, now_ms: int | None = None) -> int:
+        """Drop producers idle for producer.id.expiration.ms from every log; returns how many went."""
+        return sum(len(opened.expire_producers(now_ms)) for opened in list(self._logs.values()))
+
     def flush_due(self) -> None:
         """Flush the logs whose flush.ms has passed."""
         for opened in list(self._logs.values()):
@@ -294,6 +301,7 @@ class LogManager:
             self.run_retention: self.settings["log.retention.check.interval.ms"],
             self.checkpoint: self.settings["log.flush.offset.checkpoint.interval.ms"],
             self.flush_due: self.settings["log.flush.scheduler.interval.ms"],
+            self.expire_producers: self.settings["producer.id.expiration.check.interval.ms"],
         }
         due = {job: time.monotonic() + ms / 1000 for job, ms in intervals.items()}
         while not self._stop.is_set():

@@ -181,15 +181,6 @@ class LogSegment:
             self._max_ts = current = (timestamp, offset)
         return current
 
-    def index_batch(self, bounds, position: int, last_index_position: int) -> int:
-        """Recovery's indexing rule for one batch; returns the new last index position."""
-        self._merge_max_timestamp(bounds.max_timestamp, bounds.last_offset)
-        if position - last_index_position > self.index_interval_bytes:
-            self.offset_index.append(bounds.last_offset, position)
-            self.time_index.maybe_append(*self.max_timestamp_and_offset)
-            return position
-        return last_index_position
-
     def is_full_for(self, size: int, segment_bytes: int, last_offset: int) -> bool:
         """Whether appending `size` bytes ending at `last_offset` needs a new segment first."""
         return (self.size > segment_bytes - size
@@ -198,14 +189,20 @@ class LogSegment:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def iter_bounds(self, position: int = 0, stop: int | None = None) -> Iterator:
-        """Framing of each whole entry from `position` up to `stop` (default: the end)."""
+    def iter_bounds(self, position: int = 0, stop: int | None = None, peek=None) -> Iterator:
+        """Framing of each whole entry from `position` up to `stop` (default: the end).
+
+        `peek` (default: the format's `peek_entry`) reads an entry's head into
+        a named tuple with `position` and `size`; `peek_producer_batch` gives
+        producer fields too.
+        """
         stop = self.size if stop is None else stop
+        peek = peek or self.format.peek_entry
         while position < stop:
             chunk = os.pread(self.fd, min(SCAN_CHUNK, stop - position), position)
             pos = 0
             while True:
-                bounds = self.format.peek_entry(chunk, pos)
+                bounds = peek(chunk, pos)
                 if bounds is None:
                     break
                 if position + pos + bounds.size > stop:
@@ -306,10 +303,19 @@ class LogSegment:
         """
         self.reset_indexes()
         valid = last_index_position = 0
-        previous_last = self.base_offset - 1
+        base = self.base_offset
+        previous_last = base - 1
+        interval = self.index_interval_bytes
+        max_ts = self._max_ts
+        indexed_ts = max_ts[0]
+        append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
+        fmt = self.format
         error = None
         view = _map_for_reading(self.fd, self.size)
-        entries = self.format.iter_entries(view if view is not None else b"", 0, verify_crc=True)
+        # One native pass checks a segment of whole, valid batches; anything else
+        # (a torn tail, a bad CRC, legacy entries) takes the careful walk that says where.
+        bulk = fmt.scan_entries(view) if view is not None else []
+        entries = iter(bulk) if bulk is not None else fmt.iter_entries(view, 0, verify_crc=True)
         try:
             while True:
                 try:
@@ -320,21 +326,33 @@ class LogSegment:
                     break
                 if entry is None:
                     break
-                bounds = self.format.peek_entry(view, entry.position)
-                if bounds.last_offset <= previous_last or bounds.last_offset - self.base_offset > 0x7FFFFFFF:
+                last = entry.last_offset
+                if last <= previous_last or last - base > 0x7FFFFFFF:
                     error = CorruptRecordError(
-                        f"entry offset {bounds.last_offset} does not follow {previous_last} "
-                        f"in segment {self.base_offset}", entry.position)
+                        f"entry offset {last} does not follow {previous_last} "
+                        f"in segment {base}", entry.position)
                     break
                 if on_batch is not None:
                     on_batch(entry)
-                last_index_position = self.index_batch(bounds, valid, last_index_position)
-                previous_last = bounds.last_offset
-                valid = entry.position + bounds.size
+                # The index rule of recovery (Kafka's LogSegment.recover), inline: this loop runs per batch.
+                timestamp = entry.max_timestamp if bulk is not None else fmt.entry_bounds(view, entry).max_timestamp
+                if timestamp > max_ts[0]:
+                    max_ts = (timestamp, last)
+                if valid - last_index_position > interval:
+                    append_offset(last, valid)
+                    if max_ts[0] > indexed_ts:
+                        append_time(max_ts[0], max_ts[1], False)
+                        indexed_ts = max_ts[0]
+                    last_index_position = valid
+                previous_last = last
+                valid = entry.position + entry.size_in_bytes
         finally:
-            entries.close()
+            if bulk is None:
+                entries.close()
+            del bulk, entries
             if view is not None:
                 view.close()
+        self._max_ts = max_ts
         truncated = self.size - valid
         if truncated:
             self.truncate_bytes(valid)
@@ -380,6 +398,7 @@ class LogSegment:
             self.on_becoming_inactive()
         self.offset_index.close(trim=self.writable)
         self.time_index.close(trim=self.writable)
+        self.txn_index.close()
         os.close(self.fd)
         self.fd = -1
 

@@ -9,6 +9,13 @@ layer uses exactly these:
 - `peek_entry(buf, pos)` → `EntryBounds` (offsets, size, max timestamp from
   the first bytes only) and `iter_entries(buf)` (whole, CRC-checked entries):
   reads, index lookups and recovery;
+- `scan_entries(buf)`: every entry at once when all are whole and valid
+  (None sends recovery to `iter_entries`), and `entry_bounds(buf, entry)`:
+  the `EntryBounds` of an entry either gave;
+- `peek_producer_batch(buf, pos)` → `ProducerBatch` (producer id, epoch,
+  sequences, transactional and control flags from the first bytes only) and
+  `read_marker(buf, pos)` (a control batch's type and coordinator epoch):
+  producer state and transactions;
 - `decode_entry(buf, entry)`: records for reads and timestamp lookups;
 - `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes.
 

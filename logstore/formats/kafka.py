@@ -27,10 +27,12 @@ from logstore.native.legacy import LegacyEntry, decode_legacy
 from logstore.native.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
+    CONTROL_FLAG,
     CREATE_TIME,
     LOG_APPEND_TIME,
     MAX_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_FLAG,
     BatchBuilder,
     BatchHeader,
     ColumnarBuilder,
@@ -63,7 +65,8 @@ __all__ = [
     "decode_varlong", "decrement_sequence", "encode_batch", "encode_control_batch",
     "encode_unsigned_varint", "encode_varint", "encode_varlong", "entry_end",
     "increment_sequence", "iter_entries", "AppendInfo", "EntryBounds", "validate_append",
-    "assign_offsets", "peek_entry", "build_control_batch",
+    "assign_offsets", "peek_entry", "build_control_batch", "ProducerBatch", "peek_producer_batch",
+    "read_marker", "entry_bounds", "scan_entries",
     "read_control_record", "read_header", "validate_batch", "validate_records",
 ]
 
@@ -211,6 +214,70 @@ def peek_entry(buf, pos: int = 0) -> EntryBounds | None:
     if magic == 0:
         return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset, -1, 0)
     raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_POSITION)
+
+
+def scan_entries(buf) -> list[BatchHeader] | None:
+    """Every entry of `buf` when all are whole, valid v2 batches (one native pass, CRCs checked);
+    None otherwise, and the caller walks with `iter_entries` to find where and why. Each has
+    `position`, `size_in_bytes`, `last_offset` and `max_timestamp`."""
+    try:
+        return validate_records(buf, client=False, verify_crc=True)
+    except CorruptRecordError:
+        return None
+
+
+def entry_bounds(buf, entry: Entry) -> EntryBounds:
+    """The framing of an entry `iter_entries` yielded from `buf`, without parsing a v2 header again."""
+    if isinstance(entry, LegacyEntry):
+        return peek_entry(buf, entry.position)
+    return EntryBounds(entry.position, entry.size_in_bytes, entry.base_offset, entry.last_offset,
+                       entry.max_timestamp, 2)
+
+
+class ProducerBatch(NamedTuple):
+    """What producer state needs of an entry, read from its first 61 bytes only (no CRC)."""
+
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    last_sequence: int
+    is_transactional: bool
+    is_control: bool
+    partition_leader_epoch: int
+
+
+_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
+
+
+def peek_producer_batch(buf, pos: int = 0) -> ProducerBatch | None:
+    """The producer fields of the entry at `pos`, or None if its header is not all in `buf`.
+
+    Legacy entries carry no producer: they come back with producer id -1.
+    """
+    bounds = peek_entry(buf, pos)
+    if bounds is None:
+        return None
+    if bounds.magic < 2:
+        return ProducerBatch(pos, bounds.size, bounds.base_offset, bounds.last_offset, bounds.max_timestamp,
+                             -1, -1, -1, -1, False, False, -1)
+    (base, _, leader_epoch, _, _, attributes, delta, _, max_ts, pid, epoch, base_seq,
+     _) = _V2_HEADER.unpack_from(buf, pos)
+    last_seq = -1 if base_seq < 0 else increment_sequence(base_seq, delta)
+    return ProducerBatch(pos, bounds.size, base, base + delta, max_ts, pid, epoch, base_seq, last_seq,
+                         bool(attributes & TRANSACTIONAL_FLAG), bool(attributes & CONTROL_FLAG), leader_epoch)
+
+
+def read_marker(buf, pos: int = 0) -> ControlRecord:
+    """The control record of the whole control batch at `pos` (a marker's type and coordinator epoch)."""
+    records = decode_records(buf, pos, verify_crc=False)
+    if len(records) != 1:
+        raise InvalidRecordError(f"a control batch holds {len(records)} records, not 1", pos)
+    return read_control_record(records[0])
 
 
 @dataclass

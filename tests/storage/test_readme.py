@@ -1,4 +1,4 @@
-"""The README's storage example runs as written."""
+"""The README's storage examples run as written."""
 from __future__ import annotations
 
 import pathlib
@@ -14,3 +14,11 @@ def test_readme_storage_example_runs(tmp_path, monkeypatch, capsys):
     exec(compile(example, str(README), "exec"), {})
     assert capsys.readouterr().out.splitlines() == ["0 b'k1' b'v1'", "1 b'k2' b'v2'", "(0, 1700000000000)"]
     assert (tmp_path / "data" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
+
+
+def test_readme_exactly_once_example_runs(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    example = next(b for b in blocks if "write_txn_marker" in b)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, str(README), "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["True True", "1", "[b'p1', b't1', b't2']"]

@@ -1,0 +1,419 @@
+"""Producer state of one partition: idempotence, fencing, open transactions, snapshots.
+
+The per-producer entries live in the native `ProducerTable` (a fixed C
+struct each). This module is the partition's bookkeeping around it, as
+Kafka's ProducerStateManager: an append is checked against the table in a
+stage and committed only after its bytes are written; markers complete
+transactions and aborted ones go to the `.txnindex` of the marker's segment;
+the first offset of the oldest open transaction bounds the last stable
+offset; `.snapshot` files (Kafka's format) let a restart replay only the log
+after the newest one.
+"""
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from logstore.errors import (
+    CorruptSnapshotError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    OutOfOrderSequenceError,
+    TransactionCoordinatorFencedError,
+)
+from logstore.index import AbortedTxn, TxnIndex, sync_file
+from logstore.native import producer_state as native
+from logstore.native.producer_state import ProducerEntry, ProducerTable
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_SUFFIX = ".snapshot"
+_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
+DEFAULT_EXPIRATION_MS = 86_400_000
+
+ORIGIN_CLIENT = native.ORIGIN_CLIENT
+ORIGIN_COORDINATOR = native.ORIGIN_COORDINATOR
+ORIGIN_REPLICATION = native.ORIGIN_REPLICATION
+
+_ERRORS = {
+    native.OUT_OF_ORDER_SEQUENCE_NUMBER: OutOfOrderSequenceError,
+    native.INVALID_PRODUCER_EPOCH: InvalidProducerEpochError,
+    native.INVALID_TXN_STATE: InvalidTxnStateError,
+    native.TRANSACTION_COORDINATOR_FENCED: TransactionCoordinatorFencedError,
+}
+
+__all__ = ["ProducerStateManager", "ProducerEntry", "CompletedTxn", "PreparedAppend", "snapshot_path", "sync_file",
+           "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "ORIGIN_REPLICATION"]
+
+
+def snapshot_path(directory: str, offset: int) -> str:
+    """`<20-digit offset>.snapshot` in a partition directory."""
+    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+
+
+@dataclass(frozen=True)
+class CompletedTxn:
+    """A transaction a marker ended: its producer, first offset, the marker's offset, and how."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
+@dataclass
+class PreparedAppend:
+    """What an append will change once written; `duplicate` instead says it was written before."""
+
+    started: list[tuple[int, int]] = field(default_factory=list)
+    completed: list[CompletedTxn] = field(default_factory=list)
+    duplicate: tuple[int, int, int] | None = None
+    """(first offset, last offset, timestamp) of the cached batch a retry matched."""
+
+
+@dataclass
+class SnapshotLoad:
+    """How producer state was rebuilt on open."""
+
+    snapshot_offset: int | None = None
+    corrupt_snapshots: list[tuple[int, str]] = field(default_factory=list)
+    replayed_from: int | None = None
+    replayed_batches: int = 0
+    """Batches with a producer id applied to the state after the snapshot."""
+    rebuilt_txn_indexes: list[int] = field(default_factory=list)
+
+
+def _raise_for(code: int, pid: int, epoch: int, detail: str) -> None:
+    error = _ERRORS.get(code)
+    if error is not None:
+        raise error(f"producer {pid} epoch {epoch}: {detail}")
+    raise AssertionError(f"unknown producer-state result {code}")
+
+
+class ProducerStateManager:
+    """One partition's producer table, open transactions and `.snapshot` files."""
+
+    def __init__(self, directory: str, *, expiration_ms: int = DEFAULT_EXPIRATION_MS):
+        self.directory = directory
+        self.expiration_ms = expiration_ms
+        self.table = ProducerTable()
+        self.map_end_offset = 0
+        self._ongoing: dict[int, int] = {}
+        # (first offset, producer id) of open transactions; entries that no longer
+        # match `_ongoing` are dropped when they reach the top.
+        self._ongoing_heap: list[tuple[int, int]] = []
+        self._current_snapshot: int | None = None  # the snapshot file this state came from or went to
+        self.load_report = SnapshotLoad()
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def entry(self, producer_id: int) -> ProducerEntry | None:
+        """The producer's entry, or None if the partition knows no such producer."""
+        return self.table.get(producer_id)
+
+    def entries(self) -> dict[int, ProducerEntry]:
+        """Every producer's entry by id."""
+        return {e.producer_id: e for e in self.table.items()}
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """Producer id → first offset of its open transaction."""
+        return dict(self._ongoing)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (markers are replicated at once on one node)."""
+        heap = self._ongoing_heap
+        while heap and self._ongoing.get(heap[0][1]) != heap[0][0]:
+            heapq.heappop(heap)
+        return heap[0][0] if heap else None
+
+    # -- appends ---------------------------------------------------------------------------
+
+    def prepare(self, batches: Iterable, first_offset: int, origin: int, read_marker) -> PreparedAppend | None:
+        """Check an append's batches in order against the table, staged; None if no batch has a producer.
+
+        `batches` are header objects (producer_id, producer_epoch,
+        base_sequence, last_sequence, last_offset_delta, max_timestamp,
+        is_transactional, is_control); `read_marker(batch)` decodes a control
+        batch's record. Raises the Kafka error of the first batch refused;
+        nothing changes until `commit`.
+        """
+        batches = list(batches)
+        if all(b.producer_id < 0 for b in batches):
+            return None
+        table = self.table
+        prepared = PreparedAppend()
+        table.begin()
+        try:
+            offset = first_offset
+            for batch in batches:
+                last = offset + batch.last_offset_delta
+                pid = batch.producer_id
+                if pid >= 0:
+                    if batch.is_control:
+                        self._stage_marker(batch, read_marker(batch), last, origin, prepared)
+                    else:
+                        epoch, first_seq, last_seq = batch.producer_epoch, batch.base_sequence, batch.last_sequence
+                        code = table.append_batch(pid, epoch, first_seq, last_seq, offset, last, batch.max_timestamp,
+                                                  batch.is_transactional, origin)
+                        if code == native.DUPLICATE:
+                            # Kafka answers the whole append with the first write's offsets.
+                            table.rollback()
+                            return PreparedAppend(duplicate=table.duplicate)
+                        if code:
+                            _raise_for(code, pid, epoch, f"batch with sequences {first_seq}..{last_seq} refused")
+                        if table.opened_txn >= 0:
+                            prepared.started.append((pid, table.opened_txn))
+                offset = last + 1
+        except BaseException:
+            table.rollback()
+            raise
+        return prepared
+
+    def _stage_marker(self, batch, marker, offset: int, origin: int, prepared: PreparedAppend) -> None:
+        if marker.coordinator_epoch is None:
+            return  # a control record that is not a transaction marker
+        pid, epoch = batch.producer_id, batch.producer_epoch
+        code = self.table.check_marker(pid, epoch, marker.coordinator_epoch, origin)
+        if code:
+            _raise_for(code, pid, epoch, f"marker from coordinator epoch {marker.coordinator_epoch} refused")
+        first = self.table.update_marker(pid, epoch, marker.coordinator_epoch, batch.max_timestamp)
+        if first >= 0:
+            prepared.completed.append(CompletedTxn(pid, first, offset, marker.type_name == "ABORT"))
+
+    def commit(self, prepared: PreparedAppend | None, txn_index: TxnIndex, end_offset: int) -> None:
+        """The append's bytes are written: apply what `prepare` staged."""
+        if prepared is not None:
+            self.table.commit()
+            self._apply_transactions(prepared.started, prepared.completed, txn_index)
+        self.map_end_offset = end_offset
+
+    def rollback(self, prepared: PreparedAppend | None) -> None:
+        """The append failed: forget what `prepare` staged."""
+        if prepared is not None and self.table.staging:
+            self.table.rollback()
+
+    def _apply_transactions(self, started, completed, txn_index: TxnIndex | None) -> None:
+        for pid, first in started:
+            self._ongoing[pid] = first
+            heapq.heappush(self._ongoing_heap, (first, pid))
+        for txn in completed:
+            self._ongoing.pop(txn.producer_id, None)
+            if txn.aborted and txn_index is not None:
+                # Kafka's rule: the first offset of the oldest *other* open transaction,
+                # else just past the marker.
+                other = self.first_unstable_offset()
+                lso = other if other is not None else txn.last_offset + 1
+                txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
+    # -- replay ----------------------------------------------------------------------------
+
+    def replay(self, batch, read_marker, txn_index: TxnIndex | None = None) -> None:
+        """Apply one batch already in the log (recovery): no checks; aborted markers go to
+        `txn_index` when it is given (a rebuild)."""
+        pid = batch.producer_id
+        if pid >= 0:
+            if batch.is_control:
+                marker = read_marker(batch)
+                if marker.coordinator_epoch is not None:
+                    first = self.table.update_marker(pid, batch.producer_epoch, marker.coordinator_epoch,
+                                                     batch.max_timestamp)
+                    if first >= 0:
+                        self._apply_transactions(
+                            (), [CompletedTxn(pid, first, batch.last_offset, marker.type_name == "ABORT")],
+                            txn_index)
+            else:
+                opened = self.table.update_batch(pid, batch.producer_epoch, batch.base_sequence,
+                                                 batch.last_sequence, batch.base_offset, batch.last_offset,
+                                                 batch.max_timestamp, batch.is_transactional)
+                if opened >= 0:
+                    self._apply_transactions([(pid, opened)], (), None)
+        self.map_end_offset = batch.last_offset + 1
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_offsets(self) -> list[int]:
+        """Offsets of the `.snapshot` files in the directory, oldest first."""
+        found = []
+        for name in os.listdir(self.directory):
+            match = _SNAPSHOT_NAME.match(name)
+            if match:
+                found.append(int(match.group(1)))
+        return sorted(found)
+
+    def take_snapshot(self, *, sync: bool = True) -> str | None:
+        """Write `<map end offset>.snapshot` unless this state was just loaded from or written to it;
+        returns its path."""
+        path = snapshot_path(self.directory, self.map_end_offset)
+        # A file of that name from before (a kill inside its write, a truncated-away
+        # past) is not this state: only our own is kept.
+        if self.map_end_offset == self._current_snapshot and os.path.exists(path):
+            return None
+        data = self.table.to_snapshot()
+        # Kafka writes in place rather than rename: a torn file fails its CRC on load
+        # and the previous snapshot is used.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        self._current_snapshot = self.map_end_offset
+        return path
+
+    def delete_snapshots(self, keep) -> list[int]:
+        """Remove every snapshot whose offset fails `keep(offset)`; returns their offsets."""
+        removed = []
+        for offset in self.snapshot_offsets():
+            if not keep(offset):
+                try:
+                    os.unlink(snapshot_path(self.directory, offset))
+                except FileNotFoundError:
+                    pass
+                removed.append(offset)
+        return removed
+
+    def _read_snapshot(self, offset: int, now_ms: int) -> ProducerTable | None:
+        path = snapshot_path(self.directory, offset)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            return ProducerTable.from_snapshot(data, now_ms, self.expiration_ms)
+        except (CorruptSnapshotError, OSError) as exc:
+            reason = str(exc)
+            log.warning("%s: snapshot %d is corrupt (%s); using an older one", self.directory, offset, reason)
+            self.load_report.corrupt_snapshots.append((offset, reason))
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            return None
+
+    def _reset(self, table: ProducerTable, map_end_offset: int) -> None:
+        self.table = table
+        self._current_snapshot = None
+        self.map_end_offset = map_end_offset
+        self._ongoing = {pid: first for first, pid in table.open_transactions()}
+        self._ongoing_heap = [(first, pid) for pid, first in self._ongoing.items()]
+        heapq.heapify(self._ongoing_heap)
+
+    def reset(self, offset: int) -> None:
+        """Forget every producer and snapshot: the log now starts empty at `offset`."""
+        self.delete_snapshots(lambda o: False)
+        self._reset(ProducerTable(), offset)
+
+    def load_snapshot_at_or_below(self, offset: int, log_start_offset: int, now_ms: int | None = None) -> int:
+        """Load the newest readable snapshot at or below `offset` (deleting corrupt ones), or start
+        empty at `log_start_offset`; returns the offset the state now reflects."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        for candidate in reversed([o for o in self.snapshot_offsets() if o <= offset]):
+            table = self._read_snapshot(candidate, now_ms)
+            if table is not None:
+                self._reset(table, candidate)
+                self.load_report.snapshot_offset = self._current_snapshot = candidate
+                return candidate
+        self._reset(ProducerTable(), log_start_offset)
+        return log_start_offset
+
+    def _remove_stray_snapshots(self, segments, log_start_offset: int, log_end_offset: int | None) -> None:
+        # Kafka keeps snapshots at segment bases, and the newest one if it is above every base.
+        bases = {s.base_offset for s in segments}
+        top = max(bases, default=0)
+        self.delete_snapshots(lambda o: o >= log_start_offset and (log_end_offset is None or o <= log_end_offset)
+                              and (o in bases or o > top))
+
+    def load(self, segments, *, log_start_offset: int, log_end_offset: int, clean_shutdown: bool, fmt,
+             now_ms: int | None = None) -> SnapshotLoad:
+        """Rebuild the state of a log that recovery did not rescan: the newest readable snapshot at or
+        below the log end, then a replay of the log after it (Kafka's loader and truncateAndReload)."""
+        self.load_report = report = SnapshotLoad()
+        self._remove_stray_snapshots(segments, log_start_offset, log_end_offset)
+        had_snapshots = bool(self.snapshot_offsets())
+        start = self.load_snapshot_at_or_below(log_end_offset, log_start_offset, now_ms)
+        if not had_snapshots and clean_shutdown:
+            # Kafka's rule: a cleanly closed log with no snapshot at all predates idempotence.
+            self.map_end_offset = log_end_offset
+            return report
+        if start < log_end_offset:
+            report.replayed_from = start
+            self._replay_range(segments, start, log_end_offset, fmt)
+        self.map_end_offset = log_end_offset
+        return report
+
+    def begin_rebuild(self, segments, base_offset: int, *, log_start_offset: int, fmt,
+                      now_ms: int | None = None) -> None:
+        """Before recovery rescans from `base_offset`: bring the state there (snapshot + replay) and
+        empty the `.txnindex` of every segment the scan will cover, which `replay` then refills."""
+        self.load_report = report = SnapshotLoad()
+        self._format = fmt
+        # Kafka's truncateAndReload to the segment: what lies above is rewritten by the rebuild.
+        self._remove_stray_snapshots(segments, log_start_offset, base_offset)
+        start = self.load_snapshot_at_or_below(base_offset, log_start_offset, now_ms)
+        report.replayed_from = start
+        if start < base_offset:
+            self._replay_range(segments, start, base_offset, fmt)
+        for segment in segments:
+            if segment.base_offset >= base_offset:
+                segment.txn_index.reset()
+                report.rebuilt_txn_indexes.append(segment.base_offset)
+        self.map_end_offset = max(self.map_end_offset, base_offset)
+
+    def replay_scanned(self, segment, entry) -> None:
+        """One entry recovery's scan of `segment` found valid (after `begin_rebuild`)."""
+        # The hot loop of a reopen after a crash: one call per batch of the unflushed tail.
+        if entry.magic >= 2 and entry.producer_id >= 0:
+            if entry.is_control:
+                fmt = self._format
+                self.replay(entry, lambda b: fmt.read_marker(os.pread(segment.fd, b.size_in_bytes, b.position)),
+                            segment.txn_index)
+            else:
+                opened = self.table.update_batch(entry.producer_id, entry.producer_epoch, entry.base_sequence,
+                                                 entry.last_sequence, entry.base_offset, entry.last_offset,
+                                                 entry.max_timestamp, entry.is_transactional)
+                if opened >= 0:
+                    self._apply_transactions([(entry.producer_id, opened)], (), None)
+            self.load_report.replayed_batches += 1
+        self.map_end_offset = entry.last_offset + 1
+
+    def finish_rebuild(self, segments, *, log_start_offset: int, log_end_offset: int) -> None:
+        """After recovery: drop snapshots the scan made stale (above the recovered log end)."""
+        self._remove_stray_snapshots(segments, log_start_offset, log_end_offset)
+        self.map_end_offset = log_end_offset
+
+    def _replay_range(self, segments, start: int, end: int, fmt) -> None:
+        # Bookkeeping only: these segments keep their .txnindex files.
+        for i, segment in enumerate(segments):
+            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
+            if next_base is not None and next_base <= start:
+                continue
+            if segment.base_offset >= end:
+                break
+            found = segment.translate_offset(start) if start > segment.base_offset else None
+            position = found.position if found is not None else 0
+
+            def read_marker(batch, segment=segment):
+                return fmt.read_marker(os.pread(segment.fd, batch.size, batch.position))
+
+            for batch in segment.iter_bounds(position, peek=fmt.peek_producer_batch):
+                if batch.base_offset >= end:
+                    return
+                if batch.last_offset >= start:
+                    self.replay(batch, read_marker)
+                    self.load_report.replayed_batches += batch.producer_id >= 0
+
+    def expire(self, now_ms: int | None = None) -> list[int]:
+        """Drop producers idle for producer.id.expiration.ms that have no open transaction."""
+        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+        return self.table.expire(now_ms, self.expiration_ms)
+
+    def memory_bytes(self) -> int:
+        """Bytes the native table holds."""
+        return self.table.memory_bytes()
