@@ -1,4 +1,4 @@
-"""Reading a pytest-benchmark JSON into ours/peer pairs, for both report scripts."""
+"""Reading a pytest-benchmark JSON into ours/peer pairs, and the pieces every report script prints."""
 from __future__ import annotations
 
 import json
@@ -33,6 +33,49 @@ def load_groups(path: str, prog: str) -> tuple[dict, dict[str, dict[str, dict]],
             problems.append(f"group {group}: two '{side}' benchmarks")
         groups[group][side] = bench
     return data, groups, problems
+
+
+def in_op_order(groups, op_order: tuple[str, ...]) -> list[str]:
+    """The group names by their operation's (before the "/") place in op_order, others last, ties in file order."""
+    def rank(group: str) -> int:
+        op = group.partition("/")[0]
+        return op_order.index(op) if op in op_order else len(op_order)
+    return sorted(groups, key=rank)
+
+
+def machine_line(data: dict) -> str:
+    """The CPU, CPU count, Python version, commit and date the JSON was made with, as one line."""
+    machine = data.get("machine_info") or {}
+    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
+    count = (machine.get("cpu") or {}).get("count")
+    commit = (data.get("commit_info") or {}).get("id") or "?"
+    dirty = " (dirty)" if (data.get("commit_info") or {}).get("dirty") else ""
+    return (f"{cpu}{f', {count} CPUs' if count else ''}; Python {machine.get('python_version', '?')}; "
+            f"commit {commit[:12]}{dirty}; {data.get('datetime', '')}")
+
+
+def met(ok: bool, *others: bool | None) -> str:
+    """"yes" or "**no**" for ok, plus " (noisy)" if any other verdict given (None: not measured) says otherwise."""
+    return ("yes" if ok else "**no**") + (" (noisy)" if any(o is not None and o != ok for o in others) else "")
+
+
+def paired_ratio(info: dict) -> float | None:
+    """Median over rounds of peer/ours time, each ours round with the peer round run just before it."""
+    ours = info.get("ours_seconds") or []
+    peer = info.get("paired_peer_seconds") or []
+    ratios = sorted(p / o for p, o in zip(peer, ours) if o > 0)
+    if not ratios or len(peer) != len(ours):
+        return None
+    mid = len(ratios) // 2
+    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+
+
+def table(header: tuple, align: tuple, rows: list) -> None:
+    """Print a Markdown table: the header, the alignment row ("---", "---:", ":---:") and one line a row."""
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join(align) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
 
 
 def finish(verdicts: list[str], problems: list[str], prog: str) -> int:

@@ -17,27 +17,11 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import finish, load_groups
+from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
 
 DEFAULT_PATH = ".benchmarks/producer.json"
 OP_ORDER = ("memory", "validate-update", "validate-update-staged")
 STAT = "median"
-
-
-def _met(ok: bool, *others: bool | None) -> str:
-    met = "yes" if ok else "**no**"
-    return met + (" (noisy)" if any(o is not None and o != ok for o in others) else "")
-
-
-def _paired_ratio(info: dict) -> float | None:
-    """Median over rounds of peer/ours time, each ours round with the peer round run just before it."""
-    ours = info.get("ours_seconds") or []
-    peer = info.get("paired_peer_seconds") or []
-    ratios = sorted(p / o for p, o in zip(peer, ours) if o > 0)
-    if not ratios or len(peer) != len(ours):
-        return None
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
 
 
 def _fmt_rate(value: float) -> str:
@@ -62,7 +46,7 @@ def _memory_row(group: str, sides: dict) -> tuple:
     by_rss = ours["rss_growth"] / producers
     peer_rss = peer["rss_growth"] / producers
     target = ours.get("target_bytes")
-    verdict = "—" if target is None else _met(by_alloc <= target and by_rss <= target)
+    verdict = "—" if target is None else met(by_alloc <= target and by_rss <= target)
     notes = (f"fill: ours {ours.get('fill_seconds', '?')} s, peer {peer.get('fill_seconds', '?')} s "
              f"(5 x update_batch per producer)")
     return (group, f"{producers:,}", f"{by_alloc:,.1f} B", f"{by_rss:,.1f} B", f"{peer_rss:,.0f} B",
@@ -76,26 +60,13 @@ def _rate_row(group: str, sides: dict) -> tuple:
     best = _rate(ours, "min") / _rate(peer, "min")
     info = ours["extra_info"]
     target = info.get("target")
-    paired = _paired_ratio(info)
+    paired = paired_ratio(info)
     return (group, _fmt_rate(ours_rate), _fmt_rate(peer_rate), f"{ratio:.1f}x", f"{best:.1f}x",
             "—" if paired is None else f"{paired:.1f}x",
             "info" if target is None else f">= {target:g}x",
-            "—" if target is None else _met(ratio >= target, best >= target,
-                                             None if paired is None else paired >= target),
+            "—" if target is None else met(ratio >= target, best >= target,
+                                            None if paired is None else paired >= target),
             f"{1e9 / ours_rate:,.0f} ns vs {1e9 / peer_rate:,.0f} ns per batch", ours["stats"]["rounds"])
-
-
-def _sort_key(item):
-    index, group = item
-    op = group.partition("/")[0]
-    return (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), index)
-
-
-def _table(header: tuple, align: tuple, rows: list) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(align) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
 
 
 def main(argv: list[str]) -> int:
@@ -107,7 +78,7 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
 
     memory_rows, rate_rows = [], []
-    for _, group in sorted(enumerate(groups), key=_sort_key):
+    for group in in_op_order(groups, OP_ORDER):
         sides = groups[group]
         try:
             missing = [s for s in ("ours", "peer") if s not in sides]
@@ -120,22 +91,16 @@ def main(argv: list[str]) -> int:
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
             problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
 
-    machine = data.get("machine_info") or {}
-    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
-    count = (machine.get("cpu") or {}).get("count")
-    commit = (data.get("commit_info") or {}).get("id") or "?"
-    dirty = " (dirty)" if (data.get("commit_info") or {}).get("dirty") else ""
     print("Producer-state benchmarks: native ProducerTable vs a Python dict + deque(maxlen=5) map "
           "(bench/producer_peer.py)")
-    print(f"{cpu}{f', {count} CPUs' if count else ''}; Python {machine.get('python_version', '?')}; "
-          f"commit {commit[:12]}{dirty}; {data.get('datetime', '')}")
+    print(machine_line(data))
     print()
-    _table(("memory", "producers", "ours (memory_bytes)", "ours (RSS)", "peer (RSS)", "peer/ours", "target",
-            "met", "notes"),
-           ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---"), memory_rows)
+    table(("memory", "producers", "ours (memory_bytes)", "ours (RSS)", "peer (RSS)", "peer/ours", "target",
+           "met", "notes"),
+          ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---"), memory_rows)
     print()
-    _table(("case", "ours", "peer", "ours/peer", "(min/min)", "(paired)", "target", "met", "notes", "rounds"),
-           ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---", "---:"), rate_rows)
+    table(("case", "ours", "peer", "ours/peer", "(min/min)", "(paired)", "target", "met", "notes", "rounds"),
+          ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---", "---:"), rate_rows)
     print()
     print("memory: bytes per producer with 5 cached batches each, measured once per side in a fresh child "
           "process; RSS = growth of the resident set while the table is made and filled; memory_bytes = "

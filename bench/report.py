@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import finish, load_groups
+from benchjson import finish, load_groups, machine_line, met, table
 
 DEFAULT_PATH = ".benchmarks/codec.json"
 OP_ORDER = ("encode-bulk", "encode-builder", "decode-objects", "decode-columnar", "validate-crc")
@@ -75,31 +75,17 @@ def main(argv: list[str]) -> int:
         # large gap between the two says the row is noisy.
         best = sides["peer"]["stats"]["min"] / sides["ours"]["stats"]["min"]
         target = sides["ours"]["extra_info"].get("target")
-        if target is None:
-            met = "—"
-        else:
-            met = "yes" if ratio >= target else "**no**"
-            if (ratio >= target) != (best >= target):
-                met += " (noisy)"
         rows.append((group, _fmt_rate(ours_rate, unit), _fmt_rate(peer_rate, unit),
                      f"{ratio:.2f}x", f"{best:.2f}x",
-                     "info" if target is None else f">= {target:g}x", met))
+                     "info" if target is None else f">= {target:g}x",
+                     "—" if target is None else met(ratio >= target, best >= target)))
 
-    machine = data.get("machine_info") or {}
-    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
-    count = (machine.get("cpu") or {}).get("count")
-    commit = (data.get("commit_info") or {}).get("id") or "?"
-    dirty = " (dirty)" if (data.get("commit_info") or {}).get("dirty") else ""
     print(f"Codec microbenchmarks: ours (logstore) vs aiokafka 0.14.0 Cython codec — "
           f"{STAT} of each benchmark's rounds")
-    print(f"{cpu}{f', {count} CPUs' if count else ''}; Python {machine.get('python_version', '?')}; "
-          f"commit {commit[:12]}{dirty}; {data.get('datetime', '')}")
+    print(machine_line(data))
     print()
-    header = ("case", "ours", "peer (aiokafka)", "ours/peer", "(min/min)", "target", "met")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(["---", "---:", "---:", "---:", "---:", "---:", ":---:"]) + "|")
-    for row in rows:
-        print("| " + " | ".join(row) + " |")
+    table(("case", "ours", "peer (aiokafka)", "ours/peer", "(min/min)", "target", "met"),
+          ("---", "---:", "---:", "---:", "---:", "---:", ":---:"), rows)
     print()
     print("Cases: 1,000 records, key 16 B; v100 = value 100 B, no headers; v1k = value 1 KiB, "
           "one header (8 B key, 16 B value). validate-crc: 16 batches of ~1 MiB, MB = 10^6 B.")

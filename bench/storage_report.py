@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import finish, load_groups
+from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
 
 DEFAULT_PATH = ".benchmarks/storage.json"
 OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen")
@@ -46,24 +46,6 @@ def _rate(bench: dict, stat: str = STAT) -> tuple[float, str]:
     return amount / seconds, unit
 
 
-def _met(ok_median: bool, *others: bool | None) -> str:
-    # The fastest rounds (and the paired rounds) beside the median: on a busy
-    # machine a verdict that flips between them says the row is noisy.
-    met = "yes" if ok_median else "**no**"
-    return met + (" (noisy)" if any(o is not None and o != ok_median for o in others) else "")
-
-
-def _paired_ratio(info: dict) -> float | None:
-    """Median over rounds of peer/ours time, each ours round with the peer round run just before it."""
-    ours = info.get("ours_seconds") or []
-    peer = info.get("paired_peer_seconds") or []
-    ratios = sorted(p / o for p, o in zip(peer, ours) if o > 0)
-    if not ratios or len(peer) != len(ours):
-        return None
-    mid = len(ratios) // 2
-    return ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
-
-
 def _ratio_row(group: str, sides: dict) -> tuple:
     ours, peer = sides["ours"], sides["peer"]
     ours_rate, unit = _rate(ours)
@@ -74,7 +56,7 @@ def _ratio_row(group: str, sides: dict) -> tuple:
     best = peer["stats"]["min"] / ours["stats"]["min"]
     info = ours["extra_info"]
     target = info.get("target")
-    paired = _paired_ratio(info)
+    paired = paired_ratio(info)
     notes = []
     if "fsyncs_per_round" in info:
         low, high = info.get("fsyncs_per_round_range") or (None, None)
@@ -84,8 +66,8 @@ def _ratio_row(group: str, sides: dict) -> tuple:
     return (group, _fmt_rate(ours_rate, unit), _fmt_rate(peer_rate, unit), f"{ratio:.2f}x", f"{best:.2f}x",
             "—" if paired is None else f"{paired:.2f}x",
             "info" if target is None else f">= {target:g}x",
-            "—" if target is None else _met(ratio >= target, best >= target,
-                                             None if paired is None else paired >= target),
+            "—" if target is None else met(ratio >= target, best >= target,
+                                            None if paired is None else paired >= target),
             "; ".join(notes), ours["stats"]["rounds"])
 
 
@@ -104,32 +86,19 @@ def _absolute_row(group: str, bench: dict) -> tuple:
         if info.get("rebuilt_indexes"):
             notes.append(f"indexes rebuilt first for {[b for b, _ in info['rebuilt_indexes']]}")
         value, best = f"{median:.3f} s", f"{fastest:.3f} s"
-        verdict = "—" if target is None else _met(median < target, fastest < target)
+        verdict = "—" if target is None else met(median < target, fastest < target)
         target_text = "info" if target is None else f"< {target:g} s"
     else:
         rate, unit = _rate(bench)
         fastest, _ = _rate(bench, "min")
         target = info.get("target_ops_per_s")
         value, best = _fmt_rate(rate, unit), _fmt_rate(fastest, unit)
-        verdict = "—" if target is None else _met(rate >= target, fastest >= target)
+        verdict = "—" if target is None else met(rate >= target, fastest >= target)
         target_text = "info" if target is None else f">= {_fmt_rate(target, unit)}"
         if info.get("index_entries"):
             notes.append(f"{info['index_entries']:,} entries over {info['segment_bytes'] / 2**30:.2f} GiB "
                          f"(built in {info.get('build_seconds', '?')} s)")
     return (group, value, best, target_text, verdict, "; ".join(notes), stats["rounds"])
-
-
-def _sort_key(item):
-    index, group = item
-    op = group.partition("/")[0]
-    return (OP_ORDER.index(op) if op in OP_ORDER else len(OP_ORDER), index)
-
-
-def _table(header: tuple, align: tuple, rows: list) -> None:
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join(align) + "|")
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
 
 
 def main(argv: list[str]) -> int:
@@ -141,7 +110,7 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
 
     ratio_rows, absolute_rows = [], []
-    for _, group in sorted(enumerate(groups), key=_sort_key):
+    for group in in_op_order(groups, OP_ORDER):
         sides = groups[group]
         try:
             if "peer" in sides:
@@ -153,21 +122,15 @@ def main(argv: list[str]) -> int:
         except (KeyError, TypeError, ValueError) as exc:
             problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
 
-    machine = data.get("machine_info") or {}
-    cpu = (machine.get("cpu") or {}).get("brand_raw") or machine.get("processor") or "?"
-    count = (machine.get("cpu") or {}).get("count")
-    commit = (data.get("commit_info") or {}).get("id") or "?"
-    dirty = " (dirty)" if (data.get("commit_info") or {}).get("dirty") else ""
     print(f"Storage benchmarks: logstore Log vs raw os file I/O of the same bytes — "
           f"{STAT} of each benchmark's rounds")
-    print(f"{cpu}{f', {count} CPUs' if count else ''}; Python {machine.get('python_version', '?')}; "
-          f"commit {commit[:12]}{dirty}; {data.get('datetime', '')}")
+    print(machine_line(data))
     print()
-    _table(("case", "ours", "peer (os)", "ours/peer", "(min/min)", "(paired)", "target", "met", "notes", "rounds"),
-           ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---", "---:"), ratio_rows)
+    table(("case", "ours", "peer (os)", "ours/peer", "(min/min)", "(paired)", "target", "met", "notes", "rounds"),
+          ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---", "---:"), ratio_rows)
     print()
-    _table(("case (ours only)", STAT, "best round", "target", "met", "notes", "rounds"),
-           ("---", "---:", "---:", "---:", ":---:", "---", "---:"), absolute_rows)
+    table(("case (ours only)", STAT, "best round", "target", "met", "notes", "rounds"),
+          ("---", "---:", "---:", "---:", ":---:", "---", "---:"), absolute_rows)
     print()
     print("append-1mib: 64 x 1 MiB batches (1,000 records, 16 B keys, ~1 KiB random values, uncompressed) "
           "into a fresh log (peer: fresh file) per round, no fsync; bytes = append copies the input; "

@@ -89,6 +89,8 @@ import logstore.formats.kafka as K
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.log import Log
 
+from benchfiles import restore, small_files
+
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
@@ -646,40 +648,6 @@ def fill_and_crash(directory: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _snapshot(directory: str) -> dict[str, bytes]:
-    """Every file under `directory` but the segment .log files: path → contents."""
-    found = {}
-    for parent, _, names in os.walk(directory):
-        for name in names:
-            if not name.endswith(".log"):
-                path = os.path.join(parent, name)
-                with open(path, "rb") as f:
-                    found[path] = f.read()
-    return found
-
-
-def _restore(directory: str, snapshot: dict[str, bytes], log_sizes: dict[str, int], *,
-             drop_recovery_point: bool) -> None:
-    """Put back the crashed store's small files; its .log files must be untouched."""
-    for parent, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(parent, name)
-            if name.endswith(".log"):
-                assert os.path.getsize(path) == log_sizes[path], f"{path} changed size"
-            elif path not in snapshot:
-                os.unlink(path)
-    for path, data in snapshot.items():
-        if drop_recovery_point and os.path.basename(path) == RECOVERY_POINT_CHECKPOINT:
-            continue
-        with open(path, "wb") as f:
-            f.write(data)
-    if drop_recovery_point:
-        try:
-            os.unlink(os.path.join(directory, RECOVERY_POINT_CHECKPOINT))
-        except FileNotFoundError:
-            pass
-
-
 class TestReopen:
     """Opening a store a SIGKILL left behind: tail scan from the recovery point, and full rebuild."""
 
@@ -697,7 +665,7 @@ class TestReopen:
         assert not os.path.exists(os.path.join(directory, ".kafka_cleanshutdown"))
         points = OffsetCheckpoint(os.path.join(directory, RECOVERY_POINT_CHECKPOINT)).read()
         assert points == {(REOPEN_TOPIC, 0): REOPEN_FLUSHED_BATCHES * APPEND_BATCH_RECORDS}
-        yield directory, _snapshot(directory), log_sizes
+        yield directory, small_files(directory), log_sizes
         shutil.rmtree(directory, ignore_errors=True)
 
     @pytest.mark.parametrize("scan", ("tail", "full"))
@@ -706,7 +674,9 @@ class TestReopen:
         opened, reports = [], []
 
         def setup():
-            _restore(directory, snapshot, log_sizes, drop_recovery_point=scan == "full")
+            recovery_point = os.path.join(directory, RECOVERY_POINT_CHECKPOINT)
+            restore(directory, snapshot, drop=lambda path: scan == "full" and path == recovery_point,
+                    log_sizes=log_sizes)
 
         def run():
             opened.append(logstore.open(directory, REOPEN_CONFIG, start_scheduler=False))

@@ -1,7 +1,6 @@
 """Benchmarks of transactions in the log: read_committed reads and reopening with producer state.
 
-Run by `make bench`; bench/producer_report.py prints them with the producer
-table's numbers. Cases (the issue's targets):
+Run by `make bench`; bench/transactions_report.py prints them. Cases (the issue's targets):
 
 1. read-committed: a 64 MiB log of transactions from 20 producers (4 batches
    of 100 records, 100 B values, each; producers interleaved batch by batch;
@@ -40,6 +39,8 @@ import logstore
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.config import LogConfig
 from logstore.log import Log
+
+from benchfiles import restore, small_files
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -163,33 +164,6 @@ def fill_and_crash(directory: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-def _small_files(directory: str) -> dict[str, bytes]:
-    """Every file under `directory` but the segment .log files: path → contents."""
-    found = {}
-    for parent, _, names in os.walk(directory):
-        for name in names:
-            if not name.endswith(".log"):
-                path = os.path.join(parent, name)
-                with open(path, "rb") as f:
-                    found[path] = f.read()
-    return found
-
-
-def _restore(directory: str, small: dict[str, bytes], *, drop_snapshots: bool) -> None:
-    for parent, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(parent, name)
-            if not name.endswith(".log") and path not in small:
-                os.unlink(path)
-    for path, data in small.items():
-        if drop_snapshots and path.endswith(".snapshot"):
-            if os.path.exists(path):
-                os.unlink(path)
-            continue
-        with open(path, "wb") as f:
-            f.write(data)
-
-
 @pytest.fixture(scope="module")
 def crashed_producers(scratch):
     """The killed child's store and its small files, as it left them."""
@@ -200,7 +174,7 @@ def crashed_producers(scratch):
     assert not os.path.exists(os.path.join(directory, ".kafka_cleanshutdown"))
     points = OffsetCheckpoint(os.path.join(directory, RECOVERY_POINT_CHECKPOINT)).read()
     assert points[(REOPEN_TOPIC, 0)] > 0
-    yield directory, _small_files(directory)
+    yield directory, small_files(directory)
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -210,7 +184,7 @@ def test_reopen_producers(benchmark, crashed_producers, state):
     opened, results = [], []
 
     def setup():
-        _restore(directory, small, drop_snapshots=state == "full")
+        restore(directory, small, drop=lambda path: state == "full" and path.endswith(".snapshot"))
 
     def run():
         opened.append(logstore.open(directory, REOPEN_CONFIG, start_scheduler=False))

@@ -14,13 +14,9 @@ from __future__ import annotations
 
 import sys
 
-from benchjson import finish, load_groups
+from benchjson import finish, load_groups, met, table
 
 DEFAULT_PATH = ".benchmarks/transactions.json"
-
-
-def _met(ok: bool, other: bool) -> str:
-    return ("yes" if ok else "**no**") + (" (noisy)" if other != ok else "")
 
 
 def _row(group: str, sides: dict) -> tuple:
@@ -34,7 +30,7 @@ def _row(group: str, sides: dict) -> tuple:
         rate = info["bytes"] / stats["median"] / 1e6
         notes = (f"{rate:,.0f} MB/s vs {info['bytes'] / peer['stats']['median'] / 1e6:,.0f} MB/s; "
                  f"{info['records']:,} of {peer['extra_info']['records']:,} records kept")
-        return (group, f"{ratio:.2f}x", f"{best:.2f}x", f">= {target:g}x", _met(ratio >= target, best >= target),
+        return (group, f"{ratio:.2f}x", f"{best:.2f}x", f">= {target:g}x", met(ratio >= target, best >= target),
                 notes, stats["rounds"])
     target = info.get("target_seconds")
     notes = (f"snapshot at {info.get('snapshot_offset')}, {info.get('replayed_batches', 0):,} producer batches "
@@ -42,7 +38,7 @@ def _row(group: str, sides: dict) -> tuple:
              f"scanned, {info.get('producers', 0):,} producers")
     return (group, f"{stats['median']:.3f} s", f"{stats['min']:.3f} s",
             "info" if target is None else f"< {target:g} s",
-            "—" if target is None else _met(stats["median"] < target, stats["min"] < target), notes, stats["rounds"])
+            "—" if target is None else met(stats["median"] < target, stats["min"] < target), notes, stats["rounds"])
 
 
 def main(argv: list[str]) -> int:
@@ -60,10 +56,8 @@ def main(argv: list[str]) -> int:
     commit = (data.get("commit_info") or {}).get("id") or "?"
     print(f"Transactions in the log; commit {commit[:12]}; {data.get('datetime', '')}")
     print()
-    print("| case | ours | best round | target | met | notes | rounds |")
-    print("|---|---:|---:|---:|:---:|---|---:|")
-    for row in rows:
-        print("| " + " | ".join(str(c) for c in row) + " |")
+    table(("case", "ours", "best round", "target", "met", "notes", "rounds"),
+          ("---", "---:", "---:", "---:", ":---:", "---", "---:"), rows)
     print()
     print("read-committed: ours = iter_records(isolation='read_committed'), the peer = read_uncommitted of the "
           "same 64 MiB log, 10% of transactions aborted; ours/peer as a rate ratio.")

@@ -24,17 +24,16 @@ from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from logstore.formats import DEFAULT_FORMAT
-from logstore.index import AbortedTxn
+from logstore.index import AbortedTxn, sync_file
 from logstore.loader import RecoveryReport, load_log
-from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
 from logstore.producer_state import (
     DEFAULT_EXPIRATION_MS,
-    sync_file,
     ORIGIN_CLIENT,
     ORIGIN_COORDINATOR,
     ProducerStateManager,
 )
-from logstore.segment import DELETED_SUFFIX, FileSlice, LogSegment
+from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
+from logstore.segment import DELETED_SUFFIX, FileSlice, LogSegment, segments_between
 
 log = logging.getLogger(__name__)
 
@@ -361,14 +360,8 @@ class Log:
     def _sync(self, start: int, end: int) -> None:
         # No lock: appends write their bytes before moving the end, and
         # segments only leave the list while no fsync runs (GroupCommit.idle).
-        segments = self._segments
-        for i, segment in enumerate(segments):
-            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            if next_base is not None and next_base <= start:
-                continue
-            if segment.base_offset >= end:
-                break
-            if next_base is None:
+        for segment, newest in segments_between(self._segments, start, end):
+            if newest:
                 segment.flush_log()
             else:
                 segment.flush()

@@ -27,6 +27,7 @@ from logstore.errors import (
     TransactionCoordinatorFencedError,
 )
 from logstore.index import AbortedTxn, TxnIndex, sync_file
+from logstore.segment import segments_between
 from logstore.native import producer_state as native
 from logstore.native.producer_state import ProducerEntry, ProducerTable
 
@@ -47,7 +48,7 @@ _ERRORS = {
     native.TRANSACTION_COORDINATOR_FENCED: TransactionCoordinatorFencedError,
 }
 
-__all__ = ["ProducerStateManager", "ProducerEntry", "CompletedTxn", "PreparedAppend", "snapshot_path", "sync_file",
+__all__ = ["ProducerStateManager", "ProducerEntry", "CompletedTxn", "PreparedAppend", "snapshot_path",
            "ORIGIN_CLIENT", "ORIGIN_COORDINATOR", "ORIGIN_REPLICATION"]
 
 
@@ -390,12 +391,7 @@ class ProducerStateManager:
 
     def _replay_range(self, segments, start: int, end: int, fmt) -> None:
         # Bookkeeping only: these segments keep their .txnindex files.
-        for i, segment in enumerate(segments):
-            next_base = segments[i + 1].base_offset if i + 1 < len(segments) else None
-            if next_base is not None and next_base <= start:
-                continue
-            if segment.base_offset >= end:
-                break
+        for segment, _ in segments_between(segments, start, end):
             found = segment.translate_offset(start) if start > segment.base_offset else None
             position = found.position if found is not None else 0
 

@@ -77,6 +77,17 @@ class FileSlice:
         return sent
 
 
+def segments_between(segments: Sequence["LogSegment"], start: int, end: int) -> Iterator[tuple["LogSegment", bool]]:
+    """The segments that may hold offsets in [start, end), oldest first, each with whether it is the newest."""
+    for i, segment in enumerate(segments):
+        newest = i + 1 == len(segments)
+        if not newest and segments[i + 1].base_offset <= start:
+            continue
+        if segment.base_offset >= end:
+            return
+        yield segment, newest
+
+
 class LogSegment:
     """A `.log` file with its `.index`, `.timeindex` and `.txnindex`."""
 

@@ -681,14 +681,16 @@ cdef class ProducerTable:
 
     cdef int64_t _update_batch(self, int64_t pid, int16_t epoch, int32_t last_seq, int64_t first_offset,
                                int64_t last_offset, int64_t max_timestamp, bint transactional) except? -2:
+        return _add_batch(self._entry_to_change(pid), epoch, last_seq, first_offset, last_offset, max_timestamp,
+                          transactional)
+
+    cdef Entry* _entry_to_change(self, int64_t pid) except NULL:
+        # The staged copy while an append is staged, else the committed entry (made if absent).
         cdef Entry* e
         if self.staged:
-            e = &self._stage_entry(pid).entry
-        else:
-            e = self._lookup(pid)
-            if e == NULL:
-                e = self._insert(pid)
-        return _add_batch(e, epoch, last_seq, first_offset, last_offset, max_timestamp, transactional)
+            return &self._stage_entry(pid).entry
+        e = self._lookup(pid)
+        return e if e != NULL else self._insert(pid)
 
     def check_marker(self, int64_t pid, int16_t epoch, int32_t coordinator_epoch, int origin, /):
         """Fence a COMMIT/ABORT marker (§8.3): 0, INVALID_PRODUCER_EPOCH (47) or
@@ -717,14 +719,7 @@ cdef class ProducerTable:
         coordinator epoch `coordinator_epoch`, the last timestamp `timestamp`;
         the open transaction is closed. Creates the entry if absent.
         """
-        cdef Entry* e
-        if self.staged:
-            e = &self._stage_entry(pid).entry
-        else:
-            e = self._lookup(pid)
-            if e == NULL:
-                e = self._insert(pid)
-        return _add_marker(e, epoch, coordinator_epoch, timestamp)
+        return _add_marker(self._entry_to_change(pid), epoch, coordinator_epoch, timestamp)
 
     # -- the map ---------------------------------------------------------------------
 

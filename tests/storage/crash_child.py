@@ -28,9 +28,11 @@ import argparse
 import random
 import sys
 import time
+from typing import Iterator
 
 import logstore
 import logstore.formats.kafka as K
+from killing import print_acks
 
 TOPIC = "crash"
 # retention.ms=-1: the timestamps are synthetic and must never age a segment out.
@@ -62,6 +64,23 @@ def records_buffer(first: int, count: int, rng: random.Random) -> bytearray:
     return buf
 
 
+def _append(store, log, rng: random.Random, deadline: float) -> Iterator[int]:
+    """Append from the log end until `deadline`; yields n when every offset below n is durable."""
+    n = log.log_end_offset
+    while time.monotonic() < deadline:
+        count = rng.randint(1, 50)
+        durable = rng.random() < 0.3
+        log.append(records_buffer(n, count, rng), durable=durable)
+        n += count
+        if not durable and rng.random() < 0.1:
+            log.flush()
+            durable = True
+        if durable:
+            yield n
+        if rng.random() < 0.05:
+            store.checkpoint()
+
+
 def main(argv=None) -> int:
     """Append until killed (or until --max-seconds, or until stdout closes)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -71,33 +90,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rng = random.Random(args.seed)
     deadline = time.monotonic() + args.max_seconds
-    out = sys.stdout
     store = logstore.open(args.directory, CONFIG)
     if TOPIC not in store.topics():
         store.create_topic(TOPIC)
     log = store.log(TOPIC, 0)
-    n = log.log_end_offset
-    try:
-        out.write(f"start {n} {log.log_start_offset}\n")
-        out.flush()
-        while time.monotonic() < deadline:
-            count = rng.randint(1, 50)
-            durable = rng.random() < 0.3
-            log.append(records_buffer(n, count, rng), durable=durable)
-            n += count
-            if not durable and rng.random() < 0.1:
-                log.flush()
-                durable = True
-            if durable:
-                out.write(f"{n}\n")
-                out.flush()
-            if rng.random() < 0.05:
-                store.checkpoint()
-    except BrokenPipeError:
-        return 1
-    # Only a run that outlived its deadline gets here; the crash tests never let it.
-    store.close()
-    return 0
+    return print_acks(store, (log.log_end_offset, log.log_start_offset), _append(store, log, rng, deadline))
 
 
 if __name__ == "__main__":

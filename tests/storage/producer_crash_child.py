@@ -44,6 +44,7 @@ from typing import Iterator
 
 import logstore
 import logstore.formats.kafka as K
+from killing import print_acks
 
 TOPIC = "txn"
 # retention.ms=-1: nothing may age out under the test; producer timestamps are "now" anyway.
@@ -235,6 +236,22 @@ def check_applied(op: Op, result) -> None:
         raise AssertionError(f"op {op} gave (first, last, duplicate) {got}, expected {want}")
 
 
+def _run(store, log, ops: Iterator[Op], deadline: float) -> Iterator[int]:
+    """Apply `ops` until `deadline`; yields the log end each time a durable append or a flush moved it on."""
+    acked = log.log_end_offset
+    for op in ops:
+        if time.monotonic() >= deadline:
+            break
+        check_applied(op, apply(log, op))
+        if op.ack:
+            log.flush()
+        if op.checkpoint:
+            store.checkpoint()
+        if (op.durable or op.ack) and log.log_end_offset > acked:
+            acked = log.log_end_offset
+            yield acked
+
+
 def main(argv=None) -> int:
     """Run the workload until killed (or until --max-seconds, or until stdout closes)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -244,34 +261,13 @@ def main(argv=None) -> int:
     parser.add_argument("--max-seconds", type=float, default=120.0)
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.max_seconds
-    out = sys.stdout
     store = logstore.open(args.directory, CONFIG, start_scheduler=False)
     if TOPIC not in store.topics():
         store.create_topic(TOPIC)
     log = store.log(TOPIC, 0)
     workload = Workload(args.seed, args.base_timestamp)
-    acked = log.log_end_offset
-    start = workload.resume_index(acked)
-    try:
-        out.write(f"start {acked} {start}\n")
-        out.flush()
-        for op in workload.ops_from(start):
-            if time.monotonic() >= deadline:
-                break
-            check_applied(op, apply(log, op))
-            if op.ack:
-                log.flush()
-            if op.checkpoint:
-                store.checkpoint()
-            if (op.durable or op.ack) and log.log_end_offset > acked:
-                acked = log.log_end_offset
-                out.write(f"{acked}\n")
-                out.flush()
-    except BrokenPipeError:
-        return 1
-    # Only a run that outlived its deadline gets here; the crash tests never let it.
-    store.close()
-    return 0
+    start = workload.resume_index(log.log_end_offset)
+    return print_acks(store, (log.log_end_offset, start), _run(store, log, workload.ops_from(start), deadline))
 
 
 if __name__ == "__main__":

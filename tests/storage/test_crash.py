@@ -23,10 +23,7 @@ from __future__ import annotations
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,13 +32,13 @@ import pytest
 import crash_child
 import logstore
 import logstore.formats.kafka as K
+from killing import run_until_acks
 from logstore.checkpoints import CLEAN_SHUTDOWN_MARKER, RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.config import LogConfig
 from logstore.log import MAX_TIMESTAMP, Log
 
 KEY = (crash_child.TOPIC, 0)
 BASE_TS = crash_child.BASE_TIMESTAMP
-WATCHDOG_SECONDS = 60
 
 
 # ---------------------------------------------------------------------------
@@ -59,34 +56,9 @@ class Crash:
 
 def _kill_after(directory: Path, seed: int, acks: int) -> Crash:
     """Start the child on `directory`, read `acks` acknowledgements, SIGKILL it and reap it."""
-    err_path = directory.parent / f"{directory.name}-child-{seed}.err"
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, crash_child.__file__, str(directory), str(seed)],
-                                stdout=subprocess.PIPE, stderr=err, text=True)
-    # A child that hangs without writing would block readline for ever; the watchdog ends it.
-    watchdog = threading.Timer(WATCHDOG_SECONDS, proc.kill)
-    watchdog.start()
-    try:
-        first = proc.stdout.readline().split()
-        assert first[:1] == ["start"], f"child said {first!r}: {err_path.read_text()}"
-        opened_at, start = int(first[1]), int(first[2])
-        assert start == 0
-        acked = opened_at
-        for _ in range(acks):
-            line = proc.stdout.readline()
-            assert line, f"child exited with {proc.wait()} before it was killed: {err_path.read_text()}"
-            n = int(line)
-            assert n > acked, f"acknowledgement {n} does not follow {acked}"
-            acked = n
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL, err_path.read_text()
+    opened_at, log_start, acked = run_until_acks([sys.executable, crash_child.__file__, str(directory), str(seed)],
+                                             acks, directory.parent / f"{directory.name}-child-{seed}.err")
+    assert log_start == 0
     return Crash(opened_at, acked, acks)
 
 

@@ -59,14 +59,20 @@ def test_embedding_round_trip_with_checkpoints(tmp_path):
         assert not os.path.exists(tmp_path / ".kafka_cleanshutdown")  # a crash from here is unclean
 
 
-def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
-    store = logstore.open(str(tmp_path), {"segment.bytes": 1500}, start_scheduler=False)
+def _checkpointed_store(directory):
+    """A store of 1,500-byte segments, topic "t" holding 100 flushed records and checkpointed, left open."""
+    store = logstore.open(str(directory), {"segment.bytes": 1500}, start_scheduler=False)
     store.create_topic("t")
     log = store.log("t")
-    for i in range(100):
+    for _ in range(100):
         log.append_records([b"x" * 20])
     log.flush()
     store.checkpoint()
+    return store, log
+
+
+def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
+    store, log = _checkpointed_store(tmp_path)
     for i in range(5):
         log.append_records([b"y" * 20])
     flushed = log.recovery_point
@@ -83,13 +89,7 @@ def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
 
 
 def test_truncation_rewrites_the_recovery_point_checkpoint_at_once(tmp_path):
-    store = logstore.open(str(tmp_path), {"segment.bytes": 1500}, start_scheduler=False)
-    store.create_topic("t")
-    log = store.log("t")
-    for i in range(100):
-        log.append_records([b"x" * 20])
-    log.flush()
-    store.checkpoint()
+    store, log = _checkpointed_store(tmp_path)
     assert OffsetCheckpoint(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 100}
     log.truncate_to(40)
     assert OffsetCheckpoint(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 40}

@@ -37,10 +37,7 @@ import itertools
 import os
 import random
 import shutil
-import signal
-import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -51,6 +48,7 @@ import pytest
 import logstore
 import logstore.formats.kafka as K
 import producer_crash_child as child
+from killing import run_until_acks
 from logstore.checkpoints import CLEAN_SHUTDOWN_MARKER, RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.config import LogConfig
 from logstore.errors import InvalidProducerEpochError, InvalidTxnStateError, OutOfOrderSequenceError
@@ -59,7 +57,6 @@ from logstore.log import Log
 from producer_crash_child import MARKER, MAX_SEQ, Op, Workload
 
 KEY = (child.TOPIC, 0)
-WATCHDOG_SECONDS = 60
 NUM_BATCHES_TO_RETAIN = 5
 RETRIED_PER_PRODUCER = 8
 
@@ -189,33 +186,9 @@ class Crash:
 
 def _kill_after(directory: Path, workload: Workload, acks: int, name: str) -> Crash:
     """Start the child on `directory`, read `acks` acknowledgements, SIGKILL it and reap it."""
-    err_path = directory.parent / f"{directory.name}-child-{name}.err"
-    with open(err_path, "wb") as err:
-        proc = subprocess.Popen([sys.executable, child.__file__, str(directory), str(workload.seed),
-                                 str(workload.base_timestamp)], stdout=subprocess.PIPE, stderr=err, text=True)
-    # A child that hangs without writing would block readline for ever; the watchdog ends it.
-    watchdog = threading.Timer(WATCHDOG_SECONDS, proc.kill)
-    watchdog.start()
-    try:
-        first = proc.stdout.readline().split()
-        assert first[:1] == ["start"], f"child said {first!r}: {err_path.read_text()}"
-        opened_at, first_op = int(first[1]), int(first[2])
-        acked = opened_at
-        for _ in range(acks):
-            line = proc.stdout.readline()
-            assert line, f"child exited with {proc.wait()} before it was killed: {err_path.read_text()}"
-            n = int(line)
-            assert n > acked, f"acknowledgement {n} does not follow {acked}"
-            acked = n
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    finally:
-        watchdog.cancel()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
-    assert proc.returncode == -signal.SIGKILL, err_path.read_text()
+    opened_at, first_op, acked = run_until_acks(
+        [sys.executable, child.__file__, str(directory), str(workload.seed), str(workload.base_timestamp)],
+        acks, directory.parent / f"{directory.name}-child-{name}.err")
     return Crash(opened_at, first_op, acked, acks)
 
 
