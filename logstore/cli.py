@@ -46,6 +46,27 @@ def _run_dump(args: argparse.Namespace) -> int:
     return dump.run(args.paths, deep=args.deep, as_json=args.as_json)
 
 
+def _add_broker(commands) -> None:
+    parser = commands.add_parser(
+        "broker",
+        help="run a single-node Kafka broker over a logstore store",
+        description="Serve the Kafka wire protocol on the first of `listeners` (default "
+                    "127.0.0.1:9092) with the partitions in `log.dirs` (default ./data). "
+                    "SIGTERM or SIGINT shut down cleanly.",
+        epilog="Settings use Kafka's names, as in server.properties: listeners, "
+               "advertised.listeners, log.dirs, num.partitions, auto.create.topics.enable, "
+               "log.segment.bytes, log.retention.ms, message.max.bytes, socket.request.max.bytes, ...")
+    parser.add_argument("--config", metavar="FILE", help="a server.properties file")
+    parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
+                        help="a setting that wins over the file (repeatable)")
+    parser.set_defaults(run=_run_broker)
+
+
+def _run_broker(args: argparse.Namespace) -> int:
+    from logstore.broker import server
+    return server.run(args.config, args.override)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `logstore` command and all its subcommands."""
     parser = argparse.ArgumentParser(
@@ -54,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     _add_dump(commands)
+    _add_broker(commands)
     return parser
 
 

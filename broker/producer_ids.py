@@ -1,0 +1,40 @@
+"""Producer ids that are never handed out twice, across restarts too.
+
+Kafka's controller gives brokers blocks of 1000 ids; here the block's end is
+written (atomically, fsynced) before any id of the block is handed out, so a
+restart continues after the last block ever started.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+from logstore.checkpoints import write_atomically
+
+BLOCK_SIZE = 1000
+FILE_NAME = "logstore-producer-id-block"
+
+
+class ProducerIdAllocator:
+    """Hands out increasing producer ids, persisted by blocks in one file of the log dir."""
+
+    def __init__(self, log_dir: str):
+        self.path = os.path.join(log_dir, FILE_NAME)
+        self._lock = threading.Lock()
+        try:
+            with open(self.path, encoding="ascii") as f:
+                self._next = int(f.read().strip() or 0)
+        except FileNotFoundError:
+            self._next = 0
+        self._block_end = self._next
+
+    def allocate(self) -> int:
+        """A producer id no one has had."""
+        with self._lock:
+            if self._next >= self._block_end:
+                end = self._next + BLOCK_SIZE
+                write_atomically(self.path, f"{end}\n".encode("ascii"))
+                self._block_end = end
+            pid = self._next
+            self._next += 1
+            return pid

@@ -1,0 +1,145 @@
+"""Kafka's framing and headers, with `kio` for every schema.
+
+A request frame is `int32 size` + request header (v1, or v2 for flexible
+versions) + body; a response is `int32 size` + response header (v0, or v1
+for flexible versions, except ApiVersions which is always v0) + body. kio
+knows which header goes with which (api key, version) through each class's
+`__header_schema__`; this module only adds the size prefix, the lookups
+cached per version, a records value that is written from a file, and the
+check of array counts (`array_bounds`) that kio's reader needs in front of it.
+"""
+from __future__ import annotations
+
+import struct
+from datetime import timedelta
+from functools import cache
+
+from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import DecodeError
+from kio.static.primitive import i32Timedelta
+
+from logstore.broker.array_bounds import check_array_counts
+
+__all__ = ["ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
+           "peek_api", "FileRecords", "ResponseFrame"]
+
+_API = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+ZERO_MS = i32Timedelta.parse(timedelta(0))
+
+
+class ProtocolError(Exception):
+    """A frame that cannot be read: the connection is closed, as Kafka does."""
+
+
+class UnsupportedRequest(ProtocolError):
+    """An API key or version with no schema here."""
+
+
+def peek_api(frame) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) from a frame's first 8 bytes."""
+    if len(frame) < _API.size:
+        raise ProtocolError(f"a request of {len(frame)} bytes has no header")
+    return _API.unpack_from(frame, 0)
+
+
+@cache
+def _request_codec(api_key: int, version: int):
+    try:
+        cls = load_request_schema(api_key, version)
+    except (UnknownAPIKey, UnknownEntity):
+        raise UnsupportedRequest(f"no schema for api key {api_key} version {version}") from None
+    return cls.__header_schema__, entity_reader(cls.__header_schema__), cls, entity_reader(cls)
+
+
+@cache
+def _response_codec(api_key: int, version: int):
+    cls = load_response_schema(api_key, version)
+    header = cls.__header_schema__
+    return header, entity_writer(header), entity_writer(cls)
+
+
+def decode_request(frame: bytes):
+    """(header, body) of a whole request frame (the bytes after the size prefix)."""
+    api_key, version, _ = peek_api(frame)
+    header_cls, read_header, body_cls, read_body = _request_codec(api_key, version)
+    try:
+        check_array_counts(header_cls, frame, 0)
+        header, header_size = read_header(frame, 0)
+        # kio would reserve room for any count before reading an element (and abort the process
+        # if that fails), so the counts are checked against the frame first.
+        check_array_counts(body_cls, frame, header_size)
+        body, _ = read_body(frame, header_size)
+    # kio raises a bare KeyError for a tagged field it does not know.
+    except (DecodeError, KeyError, ValueError) as exc:
+        raise ProtocolError(f"api key {api_key} v{version}: {exc!r}") from None
+    # Bytes after the body are ignored, as Kafka does: librdkafka's all-topics
+    # Metadata request (v9+) keeps a 4-byte array-count placeholder of which only
+    # the first byte (compact null) is the count, so it always ends 3 bytes long.
+    return header, body
+
+
+def read_header_only(frame: bytes, api_key: int, version: int):
+    """The request header of a frame whose body this broker cannot decode (ApiVersions from the future)."""
+    from kio.schema.request_header.v1 import RequestHeader as V1
+    from kio.schema.request_header.v2 import RequestHeader as V2
+    header, _ = entity_reader(V2 if version >= 3 else V1)(frame, 0)
+    return header
+
+
+class FileRecords:
+    """A records value to be sent from a file: kio writes its length, the server sends the bytes."""
+
+    __slots__ = ("slice",)
+
+    def __init__(self, file_slice):
+        self.slice = file_slice
+
+    def __len__(self) -> int:
+        return self.slice.size
+
+
+class ResponseFrame:
+    """An encoded response: byte chunks, with FileRecords left in place for sendfile."""
+
+    __slots__ = ("parts", "size", "_small")
+
+    def __init__(self):
+        self.parts: list = []
+        self.size = 0
+        self._small = bytearray()
+
+    def write(self, data) -> int:
+        """kio's sink: small pieces are gathered, file records and large buffers kept by reference."""
+        n = len(data)
+        self.size += n
+        if isinstance(data, FileRecords) or n >= 65536:
+            if self._small:
+                self.parts.append(bytes(self._small))
+                self._small = bytearray()
+            self.parts.append(data)
+        else:
+            self._small += data
+        return n
+
+    def finish(self) -> "ResponseFrame":
+        if self._small:
+            self.parts.append(bytes(self._small))
+            self._small = bytearray()
+        return self
+
+
+def encode_response(correlation_id: int, response) -> ResponseFrame:
+    """The frame of a response: size prefix, the header its schema names, the body."""
+    header_cls, write_header, write_body = _response_codec(response.__api_key__, response.__version__)
+    frame = ResponseFrame()
+    frame.write(b"\0\0\0\0")
+    write_header(frame, header_cls(correlation_id=correlation_id))
+    write_body(frame, response)
+    frame.finish()
+    first = bytearray(frame.parts[0])
+    _SIZE.pack_into(first, 0, frame.size - 4)
+    frame.parts[0] = bytes(first)
+    return frame

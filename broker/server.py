@@ -1,0 +1,235 @@
+"""The broker process: an asyncio server in front of a logstore store.
+
+Each connection reads size-prefixed frames; every request becomes a task at
+once (so a Produce waiting for its fsync does not hold back the next one), and
+a writer task sends the replies in request order, as clients require. A frame
+larger than `socket.request.max.bytes`, a header that cannot be read, or an
+API version this broker does not serve closes that connection, as Kafka does;
+others are untouched. Handlers run on the event loop and call the store
+directly: appends and reads are a pwrite or pread each.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import os
+import signal
+import struct
+import uuid
+
+from logstore.broker.api import REGISTRY, Request, load_all
+from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
+from logstore.broker.config import BrokerConfig
+from logstore.broker.producer_ids import ProducerIdAllocator
+from logstore.broker.protocol import (
+    ErrorCode,
+    FileRecords,
+    ProtocolError,
+    UnsupportedRequest,
+    decode_request,
+    encode_response,
+    peek_api,
+    read_header_only,
+)
+from logstore.checkpoints import write_atomically
+from logstore.errors import UnknownTopicOrPartitionError
+from logstore.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+_SIZE = struct.Struct(">i")
+META_PROPERTIES = "meta.properties"
+PRODUCE = 0
+
+
+def _cluster_id(log_dir: str, node_id: int) -> str:
+    """The cluster id in `meta.properties` (Kafka's file), made once per log dir."""
+    path = os.path.join(log_dir, META_PROPERTIES)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key == "cluster.id":
+                    return value
+    except FileNotFoundError:
+        pass
+    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode("utf-8"))
+    return cluster_id
+
+
+class Broker:
+    """A single-node Kafka broker: the store, the handlers, the listening socket."""
+
+    def __init__(self, config: BrokerConfig):
+        self.config = config
+        self.node_id = config["node.id"]
+        load_all()
+        settings = {k: v for k, v in config.settings.items() if "." in k}
+        self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
+        self.cluster_id = _cluster_id(config.log_dirs[0], self.node_id)
+        self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+        self.closing = False
+        self._appended = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task] = set()
+
+    # -- what handlers use -------------------------------------------------------------------
+
+    def create_topic(self, name: str, partitions: int, configs=None) -> int:
+        """Create a topic (Kafka's name rules); returns its partition count."""
+        return self.store.create_topic(name, partitions, configs).partitions
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and its directories."""
+        if name not in self.store.topics():
+            raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        self.store.delete_topic(name)
+
+    def appended_event(self) -> asyncio.Event:
+        """Set at the next append: what a long-polling Fetch waits on."""
+        return self._appended
+
+    def notify_appended(self) -> None:
+        """Wake the Fetches waiting for data."""
+        self._appended.set()
+        self._appended = asyncio.Event()
+
+    # -- serving -------------------------------------------------------------------------------
+
+    async def start(self) -> tuple[str, int]:
+        """Listen; returns the bound (host, port)."""
+        listener = self.config.listener
+        self._server = await asyncio.start_server(self._serve, listener.host or None, listener.port,
+                                                  reuse_address=True)
+        host, port = self._server.sockets[0].getsockname()[:2]
+        log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
+        return host, port
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        self._connections.add(task)
+        replies: asyncio.Queue = asyncio.Queue()
+        sender = asyncio.create_task(self._send_replies(replies, writer))
+        peer = writer.get_extra_info("peername")
+        try:
+            await self._read_requests(reader, replies, peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", peer, exc)
+        except asyncio.CancelledError:
+            if not self.closing:
+                raise
+            # shutdown() cancelled this connection: end normally, or Python 3.11's
+            # StreamReaderProtocol logs the cancellation as an unhandled exception.
+        finally:
+            await replies.put(None)
+            try:
+                await sender
+            except (ConnectionError, asyncio.CancelledError):
+                pass
+            writer.close()
+            self._connections.discard(task)
+
+    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer) -> None:
+        limit = self.config["socket.request.max.bytes"]
+        while not self.closing:
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            # Checked before reading the body, so a lying size costs no memory.
+            if size < 8 or size > limit:
+                raise ProtocolError(f"request size {size} outside 8..{limit} (socket.request.max.bytes)")
+            frame = await reader.readexactly(size)
+            api_key, version, correlation_id = peek_api(frame)
+            if api_key == API_VERSIONS and version > API_VERSIONS_MAX:
+                # KIP-511: the body cannot be read; answer v0 with our range so the client retries.
+                read_header_only(frame, api_key, version)
+                await replies.put(_done((correlation_id, response_for(0, ErrorCode.unsupported_version))))
+                continue
+            api = REGISTRY.get(api_key)
+            if api is None or not api.accept_from <= version <= api.max_version:
+                raise UnsupportedRequest(f"api key {api_key} version {version} is not served")
+            header, body = decode_request(frame)
+            request = Request(self, api_key, version, correlation_id, header.client_id)
+            task = asyncio.create_task(self._handle(api, request, body))
+            if api_key == PRODUCE and body.acks == 0:
+                continue  # no reply is read for acks=0
+            await replies.put(task)
+
+    async def _handle(self, api, request: Request, body):
+        try:
+            return request.correlation_id, await api.handler(request, body)
+        except Exception:
+            log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
+            raise
+
+    async def _send_replies(self, replies: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+        while True:
+            item = await replies.get()
+            if item is None:
+                return
+            try:
+                correlation_id, response = await item
+            except Exception:  # noqa: BLE001 - logged in _handle; the client sees the connection close
+                writer.close()
+                return
+            if response is None:
+                continue
+            for part in encode_response(correlation_id, response).parts:
+                if isinstance(part, FileRecords):
+                    part = part.slice.read()
+                writer.write(part)
+            await writer.drain()
+
+    async def serve_until(self, stop: asyncio.Event) -> None:
+        """Serve until `stop` is set, then shut down cleanly."""
+        await stop.wait()
+        await self.shutdown()
+
+    async def shutdown(self) -> None:
+        """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
+        self.closing = True
+        self.notify_appended()
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        self.store.close()
+        log.info("logstore broker %d stopped", self.node_id)
+
+
+def _done(value) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+async def run_broker(config: BrokerConfig, ready=None) -> None:
+    """Run a broker until SIGTERM or SIGINT; `ready(host, port)` is called once it listens."""
+    broker = Broker(config)
+    host, port = await broker.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready(host, port)
+    await broker.serve_until(stop)
+
+
+def run(config_path: str | None, overrides: list[str]) -> int:
+    """`logstore broker`: serve until a signal; the exit status."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    config = BrokerConfig.load(config_path, overrides)
+
+    def ready(host, port):
+        # One line on stdout that tests and scripts wait for.
+        print(f"logstore broker listening on {host}:{port}", flush=True)
+    try:
+        import uvloop
+        uvloop.run(run_broker(config, ready))
+    except ImportError:
+        asyncio.run(run_broker(config, ready))
+    return 0

@@ -1,0 +1,134 @@
+"""A `logstore broker` subprocess on a free loopback port: start, stop cleanly (checked), SIGKILL."""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+READY_PREFIX = "logstore broker listening on "
+START_TIMEOUT = 30.0   # s, from exec to the ready line (imports included)
+STOP_TIMEOUT = 30.0    # s, from SIGTERM to exit
+CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
+
+
+def free_port() -> int:
+    """A loopback port the kernel just handed out (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _read_line(proc: subprocess.Popen, timeout: float) -> str:
+    """One line of `proc`'s stdout, waiting at most `timeout` s; '' if it closed first."""
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    data = b""
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while b"\n" not in data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no line on stdout within {timeout} s (so far {data!r})")
+            if not sel.select(remaining):
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return ""
+            data += chunk
+    return data.decode("utf-8").splitlines()[0]
+
+
+@dataclass
+class BrokerProcess:
+    """One broker subprocess: where it listens, its log dir, and how to stop or kill it."""
+
+    host: str
+    port: int
+    data_dir: Path
+    overrides: tuple[str, ...] = ()
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+
+    def __iter__(self):
+        """`host, port, data_dir = broker`."""
+        return iter((self.host, self.port, self.data_dir))
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.stderr.{self.starts}"
+
+    def log_text(self) -> str:
+        """Everything every run of this broker wrote on stderr (its log)."""
+        return "".join(p.read_text(errors="replace")
+                       for p in sorted(self.data_dir.parent.glob(f"{self.data_dir.name}.stderr.*")))
+
+    def start(self) -> "BrokerProcess":
+        """Exec the broker and wait for its ready line."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        self.starts += 1
+        cmd = [sys.executable, "-m", "logstore", "broker",
+               "--override", f"listeners=PLAINTEXT://{self.host}:{self.port}",
+               "--override", f"log.dirs={self.data_dir}"]
+        for item in self.overrides:
+            cmd += ["--override", item]
+        with open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+        try:
+            line = _read_line(self.proc, START_TIMEOUT)
+        except TimeoutError as exc:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"{exc}:\n{self.log_text()}")
+        if line != f"{READY_PREFIX}{self.host}:{self.port}":
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"broker said {line!r} (status {self.proc.returncode}):\n{self.log_text()}")
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        """SIGTERM; the broker must exit 0 and leave the clean-shutdown marker."""
+        assert self.running, f"broker already exited with {self.proc.returncode}:\n{self.log_text()}"
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            status = self.proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"broker did not exit within {STOP_TIMEOUT} s of SIGTERM:\n{self.log_text()}")
+        finally:
+            self.proc.stdout.close()
+        assert status == 0, f"broker exited with {status}:\n{self.log_text()}"
+        assert (self.data_dir / CLEAN_SHUTDOWN_MARKER).exists(), \
+            f"no {CLEAN_SHUTDOWN_MARKER} after a clean stop: {sorted(os.listdir(self.data_dir))}"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: nothing gets to run."""
+        assert self.running
+        self.proc.send_signal(signal.SIGKILL)
+        assert self.proc.wait(STOP_TIMEOUT) == -signal.SIGKILL
+        self.proc.stdout.close()
+
+    def memory_kib(self, field: str = "VmPeak") -> int:
+        """A `/proc/<pid>/status` memory figure of the running broker, in KiB."""
+        assert self.running, f"the broker died: status {self.proc.returncode}\n{self.log_text()[-4000:]}"
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+        raise KeyError(field)
+

@@ -1,0 +1,238 @@
+"""Hostile bytes on raw sockets against one broker: lying sizes, truncated headers, unknown keys and
+versions, garbage bodies, a slow-loris client.
+
+Kafka's rule, which the broker follows: bad framing closes that connection;
+an ApiVersions version from the future gets a v0 answer with
+UNSUPPORTED_VERSION (KIP-511). Each case runs on its own connection while
+another, opened before it, must still be answered after it; then a fresh
+real client must still produce and read back. The module's broker must still
+stop cleanly at the end without having logged a traceback (conftest).
+"""
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
+
+TIMEOUT = 10.0  # s: a bound on any single wait
+API_VERSIONS, METADATA = 18, 3
+UNSUPPORTED_VERSION = 35
+
+
+# -- raw protocol ----------------------------------------------------------------------------------
+
+def header_v1(api_key: int, version: int, correlation_id: int, client_id: bytes = b"hostile") -> bytes:
+    return struct.pack(">hhih", api_key, version, correlation_id, len(client_id)) + client_id
+
+
+def header_v2(api_key: int, version: int, correlation_id: int, client_id: bytes = b"hostile") -> bytes:
+    return header_v1(api_key, version, correlation_id, client_id) + b"\x00"  # no tagged fields
+
+
+def framed(payload: bytes) -> bytes:
+    return struct.pack(">i", len(payload)) + payload
+
+
+def connect(broker) -> socket.socket:
+    s = socket.create_connection((broker.host, broker.port), timeout=TIMEOUT)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def recv_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        assert chunk, f"connection closed after {len(data)} of {n} bytes"
+        data += chunk
+    return data
+
+
+def recv_frame(s: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", recv_exactly(s, 4))
+    assert 0 <= size < 1 << 20, size
+    return recv_exactly(s, size)
+
+
+def assert_closed(s: socket.socket) -> None:
+    """The broker closed this connection (EOF or reset) without answering, and promptly."""
+    s.settimeout(TIMEOUT)
+    try:
+        data = s.recv(65536)
+    except ConnectionResetError:
+        return
+    except socket.timeout:
+        pytest.fail(f"the connection is still open after {TIMEOUT} s")
+    assert data == b"", f"the broker answered instead of closing: {data[:64]!r}"
+
+
+def decode_api_versions_v0(frame: bytes, correlation_id: int) -> tuple[int, dict[int, tuple[int, int]]]:
+    """(error code, {api key: (min, max)}) of an ApiVersions v0 response frame (header v0)."""
+    corr, error, count = struct.unpack_from(">ihi", frame, 0)
+    assert corr == correlation_id
+    assert len(frame) == 10 + 6 * count, "the v0 body is not exactly error + array of (key, min, max)"
+    keys = {}
+    for i in range(count):
+        key, lo, hi = struct.unpack_from(">hhh", frame, 10 + 6 * i)
+        keys[key] = (lo, hi)
+    return error, keys
+
+
+def api_versions_v0(s: socket.socket, correlation_id: int) -> dict[int, tuple[int, int]]:
+    s.sendall(framed(header_v1(API_VERSIONS, 0, correlation_id)))
+    error, keys = decode_api_versions_v0(recv_frame(s), correlation_id)
+    assert error == 0
+    return keys
+
+
+# -- the broker keeps serving --------------------------------------------------------------------
+
+@pytest.fixture
+def bystander(broker):
+    """A connection opened before the hostile one, which must be answered after it."""
+    s = connect(broker)
+    assert API_VERSIONS in api_versions_v0(s, 1)
+    yield s
+    assert api_versions_v0(s, 2)[API_VERSIONS] == (0, 4), "a connection opened earlier stopped being served"
+    s.close()
+
+
+@pytest.fixture
+def still_serving(broker, topic):
+    """After the test, a fresh real client produces and reads back through the same broker."""
+    yield
+    assert broker.running, f"the broker died: status {broker.proc.returncode}\n{broker.log_text()}"
+    delivered = []
+    p = Producer({"bootstrap.servers": broker.bootstrap, "enable.idempotence": True, "acks": "all"})
+    p.produce(topic, value=b"after", partition=0,
+              on_delivery=lambda err, msg: delivered.append((err, msg.offset())))
+    assert p.flush(TIMEOUT) == 0
+    assert delivered == [(None, 0)]
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused", "enable.auto.commit": False,
+                  "enable.partition.eof": True, "fetch.wait.max.ms": 10})
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    try:
+        msg = c.poll(TIMEOUT)
+        assert msg is not None and msg.error() is None and msg.value() == b"after"
+        eof = c.poll(TIMEOUT)
+        assert eof is not None and eof.error().code() == KafkaError._PARTITION_EOF
+    finally:
+        c.close()
+
+
+pytestmark = pytest.mark.usefixtures("still_serving", "bystander")
+
+
+# -- the cases -----------------------------------------------------------------------------------
+
+def test_frame_of_2_31_minus_1_bytes_is_refused_without_allocating(broker):
+    peak_before = broker.memory_kib("VmPeak")
+    s = connect(broker)
+    s.sendall(struct.pack(">i", 2**31 - 1) + header_v1(METADATA, 12, 1) + b"\x00" * 1000)
+    assert_closed(s)
+    s.close()
+    # A buffer of the announced size, even untouched, would raise the peak of the address space by 2 GiB.
+    grown = broker.memory_kib("VmPeak") - peak_before
+    assert grown < 512 * 1024, f"the broker's address space grew by {grown} KiB"
+
+
+@pytest.mark.parametrize("size", [-1, -(2**31), 0])
+def test_negative_or_empty_size_closes_the_connection(broker, size):
+    s = connect(broker)
+    s.sendall(struct.pack(">i", size) + header_v1(API_VERSIONS, 0, 1))
+    assert_closed(s)
+    s.close()
+
+
+def test_truncated_header_closes_the_connection(broker):
+    s = connect(broker)
+    s.sendall(struct.pack(">i", 4) + struct.pack(">hh", API_VERSIONS, 0))  # no correlation id
+    assert_closed(s)
+    s.close()
+
+
+@pytest.mark.parametrize("api_key,version", [(999, 0), (-1, 0), (METADATA, 99), (0, 1)],
+                         ids=["key-999", "key-minus-1", "metadata-v99", "produce-v1-advertised-not-served"])
+def test_unknown_api_key_or_version_closes_the_connection(broker, api_key, version):
+    s = connect(broker)
+    s.sendall(framed(header_v1(api_key, version, 7) + b"\x00" * 16))
+    assert_closed(s)
+    s.close()
+
+
+def test_api_versions_from_the_future_gets_a_v0_answer_with_our_range(broker):
+    s = connect(broker)
+    # A v9 body nobody can parse yet: compact strings then bytes of a future field.
+    body = b"\x06future\x041.0" + bytes(range(40)) + b"\x00"
+    s.sendall(framed(header_v2(API_VERSIONS, 9, 42) + body))
+    error, keys = decode_api_versions_v0(recv_frame(s), 42)
+    assert error == UNSUPPORTED_VERSION
+    assert keys[API_VERSIONS] == (0, 4)
+    other = connect(broker)
+    assert keys == api_versions_v0(other, 1), "the error answer lists other ranges than a v0 request gets"
+    other.close()
+
+    # As a client does next: retry on the same connection at the highest version we listed.
+    s.sendall(framed(header_v2(API_VERSIONS, 4, 43) + b"\x05test\x041.0\x00"))
+    frame = recv_frame(s)
+    corr, error = struct.unpack_from(">ih", frame, 0)  # header v0 even for a flexible body
+    assert (corr, error) == (43, 0)
+    s.close()
+
+
+def _garbage() -> dict[str, tuple[int, int, bytes]]:
+    """name -> (api key, version, body): bodies no schema reads, several announcing huge arrays."""
+    rng = random.Random(20240605)
+    noise = bytes(rng.randrange(256) for _ in range(300))
+    return {
+        "metadata-v12-empty": (METADATA, 12, b""),
+        "metadata-v12-one-byte": (METADATA, 12, b"\x02"),
+        "metadata-v12-random": (METADATA, 12, noise),
+        # 2**32 - 2 topics in an 87-byte frame: kio would reserve 32 GiB for them and abort the process.
+        "metadata-v12-huge-array-count": (METADATA, 12, b"\xff\xff\xff\xff\x0f" + noise[:64]),
+        "metadata-v12-topic-name-longer-than-frame": (METADATA, 12, b"\x02" + b"\x00" * 16 + b"\xff\xff\x03abc"),
+        "metadata-v12-bad-utf8-topic-name": (METADATA, 12,
+                                             b"\x02" + b"\x00" * 16 + b"\x05\xff\xfe\xfd\xfc\x00\x01\x00\x00"),
+        "metadata-v12-tag-longer-than-frame": (METADATA, 12, b"\x01\x01\x00\x01\x05\x99\xff\xff\x0f"),
+        "metadata-v12-huge-tag-count": (METADATA, 12, b"\x01\x00\x00\xff\xff\xff\xff\x0f"),
+        "metadata-v4-huge-array-count": (METADATA, 4, b"\x7f\xff\xff\xff" + noise[:64]),
+        "produce-v9-huge-partition-count": (0, 9, b"\x00\xff\xff\x00\x00\x75\x30\x02\x02t\xff\xff\xff\xff\x0f"),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_garbage()))
+def test_garbage_body_closes_the_connection(broker, name):
+    api_key, version, body = _garbage()[name]
+    peak_before = broker.memory_kib("VmPeak")
+    s = connect(broker)
+    header = header_v2 if version >= {METADATA: 9, 0: 9}[api_key] else header_v1
+    s.sendall(framed(header(api_key, version, 5) + body))
+    assert_closed(s)
+    s.close()
+    grown = broker.memory_kib("VmPeak") - peak_before
+    assert grown < 512 * 1024, f"the broker's address space grew by {grown} KiB reading {len(body)} bytes"
+
+
+def test_slow_loris_half_a_frame_does_not_hold_up_other_connections(broker):
+    request = framed(header_v1(API_VERSIONS, 0, 77))
+    slow = connect(broker)
+    slow.sendall(request[: len(request) // 2])
+    try:
+        # While that frame is half there, other connections get answers, one after another.
+        started = time.monotonic()
+        for i in range(20):
+            other = connect(broker)
+            assert API_VERSIONS in api_versions_v0(other, 100 + i)
+            other.close()
+        assert time.monotonic() - started < TIMEOUT
+
+        # The slow client was only waited for, not dropped: the rest of its frame is answered.
+        slow.sendall(request[len(request) // 2:])
+        error, keys = decode_api_versions_v0(recv_frame(slow), 77)
+        assert error == 0 and API_VERSIONS in keys
+    finally:
+        slow.close()
