@@ -15,6 +15,7 @@ import heapq
 import logging
 import os
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Iterable
@@ -106,8 +107,10 @@ class ProducerStateManager:
         self.map_end_offset = 0
         self._ongoing: dict[int, int] = {}
         # (first offset, producer id) of open transactions; entries that no longer
-        # match `_ongoing` are dropped when they reach the top.
+        # match `_ongoing` are dropped when they reach the top. Readers ask for the
+        # last stable offset from any thread, so the heap has its own lock.
         self._ongoing_heap: list[tuple[int, int]] = []
+        self._heap_lock = threading.RLock()
         self._current_snapshot: int | None = None  # the snapshot file this state came from or went to
         self.load_report = SnapshotLoad()
 
@@ -128,10 +131,11 @@ class ProducerStateManager:
 
     def first_unstable_offset(self) -> int | None:
         """The first offset of the oldest open transaction (markers are replicated at once on one node)."""
-        heap = self._ongoing_heap
-        while heap and self._ongoing.get(heap[0][1]) != heap[0][0]:
-            heapq.heappop(heap)
-        return heap[0][0] if heap else None
+        with self._heap_lock:
+            heap = self._ongoing_heap
+            while heap and self._ongoing.get(heap[0][1]) != heap[0][0]:
+                heapq.heappop(heap)
+            return heap[0][0] if heap else None
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -200,17 +204,18 @@ class ProducerStateManager:
             self.table.rollback()
 
     def _apply_transactions(self, started, completed, txn_index: TxnIndex | None) -> None:
-        for pid, first in started:
-            self._ongoing[pid] = first
-            heapq.heappush(self._ongoing_heap, (first, pid))
-        for txn in completed:
-            self._ongoing.pop(txn.producer_id, None)
-            if txn.aborted and txn_index is not None:
-                # Kafka's rule: the first offset of the oldest *other* open transaction,
-                # else just past the marker.
-                other = self.first_unstable_offset()
-                lso = other if other is not None else txn.last_offset + 1
-                txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+        with self._heap_lock:
+            for pid, first in started:
+                self._ongoing[pid] = first
+                heapq.heappush(self._ongoing_heap, (first, pid))
+            for txn in completed:
+                self._ongoing.pop(txn.producer_id, None)
+                if txn.aborted and txn_index is not None:
+                    # Kafka's rule: the first offset of the oldest *other* open transaction,
+                    # else just past the marker.
+                    other = self.first_unstable_offset()
+                    lso = other if other is not None else txn.last_offset + 1
+                    txn_index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
 
     # -- replay ----------------------------------------------------------------------------
 
@@ -302,9 +307,11 @@ class ProducerStateManager:
         self.table = table
         self._current_snapshot = None
         self.map_end_offset = map_end_offset
-        self._ongoing = {pid: first for first, pid in table.open_transactions()}
-        self._ongoing_heap = [(first, pid) for pid, first in self._ongoing.items()]
-        heapq.heapify(self._ongoing_heap)
+        ongoing = {pid: first for first, pid in table.open_transactions()}
+        heap = [(first, pid) for pid, first in ongoing.items()]
+        heapq.heapify(heap)
+        with self._heap_lock:
+            self._ongoing, self._ongoing_heap = ongoing, heap
 
     def reset(self, offset: int) -> None:
         """Forget every producer and snapshot: the log now starts empty at `offset`."""

@@ -59,3 +59,13 @@ def pytest_generate_tests(metafunc):
     # An empty selection must fail loudly, not collect zero tests.
     assert names, f"no vectors selected for {metafunc.definition.nodeid} in {VECTORS_DIR}"
     metafunc.parametrize("vector_name", names)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Soak tests run only when `-m` names them (`make soak`), so a plain pytest run stays fast."""
+    if "soak" in (config.getoption("markexpr") or ""):
+        return
+    soak = [item for item in items if item.get_closest_marker("soak") is not None]
+    if soak:
+        config.hook.pytest_deselected(items=soak)
+        items[:] = [item for item in items if item.get_closest_marker("soak") is None]

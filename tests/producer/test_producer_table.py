@@ -851,10 +851,7 @@ def test_table_matches_the_model():
 
 
 @pytest.mark.soak
-def test_table_matches_the_model_soak(request):
-    # `make soak` selects it with -m soak; a plain run of this file stays fast.
-    if "soak" not in request.config.getoption("markexpr", ""):
-        pytest.skip("long model run: select it with -m soak (make soak)")
+def test_table_matches_the_model_soak():
     run_state_machine_as_test(ProducerTableMachine, settings=settings(
         max_examples=3000, stateful_step_count=100, deadline=None,
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
