@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: run test soak bench build clean
+.PHONY: run test soak bench build clean kcat
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -20,13 +20,25 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py
 build: $(STAMP)
 	$(BIN)/python setup.py -q build_ext --inplace
 
+# tests/clients/test_kcat.py drives the kcat binary; distributions name it kcat
+# (Debian 11+, Ubuntu 22.04+) or, before that, kafkacat. Root needs no sudo.
+kcat:
+	@command -v kcat >/dev/null 2>&1 || command -v kafkacat >/dev/null 2>&1 || { \
+		SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+		command -v apt-get >/dev/null 2>&1 || { echo "kcat missing and no apt-get: install kcat by hand" >&2; exit 1; }; \
+		echo "installing kcat with apt-get"; \
+		$$SUDO apt-get update -qq >/dev/null && \
+		{ DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kcat >/dev/null || \
+		  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq kafkacat >/dev/null; }; \
+	}
+
 run: build
 	$(BIN)/logstore broker
 
-test: build
+test: build kcat
 	$(PYTEST) -q -m "not soak" tests
 
-soak: build
+soak: build kcat
 	$(PYTEST) -q -m soak tests
 
 bench: build
@@ -48,6 +60,10 @@ bench: build
 		--benchmark-json=.benchmarks/transactions.json \
 		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
 	$(BIN)/python bench/transactions_report.py .benchmarks/transactions.json
+	$(PYTEST) -q bench/test_broker.py --benchmark-only \
+		--benchmark-json=.benchmarks/broker.json \
+		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BIN)/python bench/broker_report.py .benchmarks/broker.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -37,7 +37,6 @@ import pytest
 
 import logstore
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
-from logstore.config import LogConfig
 from logstore.log import Log
 
 from benchfiles import restore, small_files

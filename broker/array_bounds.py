@@ -8,6 +8,10 @@ than the bytes left in the frame cannot be honest; this walk, over the same
 kio schema classes the reader uses, refuses such a count with
 `ArrayCountError` before kio sees the frame. It checks counts only: anything
 else malformed stops the walk and is left for kio to report.
+
+The same walk finds tagged fields whose tag the schema does not know. Kafka
+skips those (a newer client may send them); kio's reader raises instead, so
+`check_and_strip` returns the frame without them for kio to read.
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from functools import cache
 from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField,
                                     classify_field, get_field_tag, get_schema_field_type, is_optional)
 
-__all__ = ["ArrayCountError", "check_array_counts"]
+__all__ = ["ArrayCountError", "check_and_strip"]
 
 _FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
           "float64": 8, "bool": 1, "error_code": 2, "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8,
@@ -28,6 +32,13 @@ _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 
 class ArrayCountError(ValueError):
     """An array or tagged-field count larger than the bytes left in the frame."""
+
+
+# Tag sections to rewrite, found by the walk in progress: (start, end, known entries).
+# Only top-level sections are rewritten; one nested in a tagged field would change
+# that field's size, so such a frame is left for kio to refuse.
+_unknown_tags: list[tuple[int, int, list[tuple[int, int]]]] = []
+_tag_depth = 0
 
 
 class _Stop(Exception):
@@ -148,24 +159,64 @@ def _entity(cls):
             else:
                 pos = skipper(buf, pos, end)
         if flexible:
+            start = pos
             n, pos = _uvarint(buf, pos, end)
             if n > end - pos:
                 raise ArrayCountError(f"{cls.__name__}: {n} tagged fields announced, {end - pos} bytes left")
+            known, unknown = [], False
             for _ in range(n):
+                entry = pos
                 tag, pos = _uvarint(buf, pos, end)
                 size, pos = _uvarint(buf, pos, end)
                 if pos + size > end:
                     raise _Stop
                 if tag in tagged:
-                    tagged[tag](buf, pos, pos + size)
+                    _walk_tag(tagged[tag], buf, pos, pos + size)
+                    known.append((entry, pos + size))
+                else:
+                    unknown = True
                 pos += size
+            if unknown and _tag_depth == 0:
+                _unknown_tags.append((start, pos, known))
         return pos
     return skip
 
 
-def check_array_counts(cls, frame, offset: int) -> None:
-    """Raise ArrayCountError if an entity of `cls` at `offset` in `frame` announces an impossible count."""
+def _walk_tag(skipper, buf, pos: int, end: int) -> None:
+    global _tag_depth
+    _tag_depth += 1
+    try:
+        skipper(buf, pos, end)
+    finally:
+        _tag_depth -= 1
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def check_and_strip(cls, frame, offset: int):
+    """`frame` with the entity at `offset` checked (ArrayCountError) and its unknown tagged fields removed."""
+    global _tag_depth
+    _unknown_tags.clear()
+    _tag_depth = 0
     try:
         _entity(cls)(frame, offset, len(frame))
     except _Stop:
         pass
+    if not _unknown_tags:
+        return frame
+    pieces, done = [], 0
+    for start, end, known in _unknown_tags:
+        pieces.append(frame[done:start])
+        pieces.append(_uvarint_bytes(len(known)))
+        pieces.extend(frame[a:b] for a, b in known)
+        done = end
+    pieces.append(frame[done:])
+    _unknown_tags.clear()
+    return b"".join(pieces)

@@ -27,6 +27,7 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "auto.create.topics.enable": (True, bool),
     "delete.topic.enable": (True, bool),
     "socket.request.max.bytes": (104_857_600, int),
+    "connections.max.idle.ms": (600_000, int),
     "transaction.max.timeout.ms": (900_000, int),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
@@ -82,21 +83,25 @@ class BrokerConfig:
 
     settings: dict[str, Any] = field(default_factory=dict)
     log_properties: dict[str, Any] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()
+    """The broker settings named in the properties or overrides (DescribeConfigs calls them static)."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> "BrokerConfig":
         """Defaults overridden by `props` (Kafka names); unknown names are refused."""
         settings = {name: default for name, (default, _) in BROKER_SETTINGS.items()}
         log_properties: dict[str, Any] = {}
+        given = set()
         for name, value in (props or {}).items():
             name = ALIASES.get(name, name)
             if name in BROKER_SETTINGS:
                 settings[name] = _parse(name, BROKER_SETTINGS[name][1], value)
+                given.add(name)
             elif name in BROKER_NAMES or name in HOURS_ALIASES or name in TOPIC_CONFIGS:
                 log_properties[name] = value
             else:
                 raise InvalidConfigError(f"unknown broker config {name!r}")
-        config = cls(settings, log_properties)
+        config = cls(settings, log_properties, frozenset(given))
         config.log_config  # checked now, not at the first topic
         parse_listeners(settings["listeners"])
         return config

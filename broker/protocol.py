@@ -5,11 +5,13 @@ versions) + body; a response is `int32 size` + response header (v0, or v1
 for flexible versions, except ApiVersions which is always v0) + body. kio
 knows which header goes with which (api key, version) through each class's
 `__header_schema__`; this module only adds the size prefix, the lookups
-cached per version, a records value that is written from a file, and the
-check of array counts (`array_bounds`) that kio's reader needs in front of it.
+cached per version, the check of array counts (`array_bounds`) that kio's
+reader needs in front of it, and the parts of the responses encoded natively
+(`logstore.native.wire`: Produce in, Fetch out), file ranges among them.
 """
 from __future__ import annotations
 
+import os
 import struct
 from datetime import timedelta
 from functools import cache
@@ -20,10 +22,10 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 from kio.static.primitive import i32Timedelta
 
-from logstore.broker.array_bounds import check_array_counts
+from logstore.broker.array_bounds import check_and_strip
 
 __all__ = ["ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
-           "peek_api", "FileRecords", "ResponseFrame"]
+           "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body"]
 
 _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -66,13 +68,14 @@ def decode_request(frame: bytes):
     api_key, version, _ = peek_api(frame)
     header_cls, read_header, body_cls, read_body = _request_codec(api_key, version)
     try:
-        check_array_counts(header_cls, frame, 0)
-        header, header_size = read_header(frame, 0)
         # kio would reserve room for any count before reading an element (and abort the process
-        # if that fails), so the counts are checked against the frame first.
-        check_array_counts(body_cls, frame, header_size)
+        # if that fails), so the counts are checked against the frame first; tagged fields kio
+        # does not know are removed, as Kafka skips them.
+        frame = check_and_strip(header_cls, frame, 0)
+        header, header_size = read_header(frame, 0)
+        frame = check_and_strip(body_cls, frame, header_size)
         body, _ = read_body(frame, header_size)
-    # kio raises a bare KeyError for a tagged field it does not know.
+    # kio raises a bare KeyError for a tagged field it does not know (left only inside a tagged field).
     except (DecodeError, KeyError, ValueError) as exc:
         raise ProtocolError(f"api key {api_key} v{version}: {exc!r}") from None
     # Bytes after the body are ignored, as Kafka does: librdkafka's all-topics
@@ -89,20 +92,59 @@ def read_header_only(frame: bytes, api_key: int, version: int):
     return header
 
 
-class FileRecords:
-    """A records value to be sent from a file: kio writes its length, the server sends the bytes."""
+class HeldSlice:
+    """A file range a response will send, on its own duplicate of the segment's fd.
 
-    __slots__ = ("slice",)
+    The duplicate keeps the bytes readable however long the reply waits in
+    the connection's queue: retention may close and unlink the segment
+    meanwhile, and the number of a closed fd can be reused by another file.
+    """
+
+    __slots__ = ("fd", "position", "size")
 
     def __init__(self, file_slice):
-        self.slice = file_slice
+        self.fd = os.dup(file_slice.fd)
+        self.position = file_slice.position
+        self.size = file_slice.size
 
-    def __len__(self) -> int:
-        return self.slice.size
+    def read(self) -> bytes:
+        """The bytes of the range."""
+        return os.pread(self.fd, self.size, self.position)
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        # asyncio's sendfile moves the "file position" when it ends; there is none to keep.
+        return offset
+
+    def close(self) -> None:
+        """Release the duplicate fd (idempotent)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    # A reply dropped unsent (its connection closed) still gives its fd back.
+    __del__ = close
+
+
+class PreEncoded:
+    """A response a handler encoded itself (natively): the frame as parts, file ranges among them."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list):
+        self.parts = parts
+
+    def close(self) -> None:
+        """Release the file ranges of a reply that will not be sent."""
+        for part in self.parts:
+            if isinstance(part, HeldSlice):
+                part.close()
 
 
 class ResponseFrame:
-    """An encoded response: byte chunks, with FileRecords left in place for sendfile."""
+    """An encoded response: kio's many small writes gathered into few chunks."""
 
     __slots__ = ("parts", "size", "_small")
 
@@ -112,10 +154,10 @@ class ResponseFrame:
         self._small = bytearray()
 
     def write(self, data) -> int:
-        """kio's sink: small pieces are gathered, file records and large buffers kept by reference."""
+        """kio's sink: small pieces are gathered, large buffers kept by reference."""
         n = len(data)
         self.size += n
-        if isinstance(data, FileRecords) or n >= 65536:
+        if n >= 65536:
             if self._small:
                 self.parts.append(bytes(self._small))
                 self._small = bytearray()
@@ -129,6 +171,25 @@ class ResponseFrame:
             self.parts.append(bytes(self._small))
             self._small = bytearray()
         return self
+
+
+def encode_body(response) -> bytes:
+    """A response body's bytes without header or size, for a reply that is sent again and again."""
+    _, _, write_body = _response_codec(response.__api_key__, response.__version__)
+    frame = ResponseFrame()
+    write_body(frame, response)
+    return b"".join(frame.finish().parts)
+
+
+def frame_of_body(correlation_id: int, api_key: int, version: int, body: bytes) -> PreEncoded:
+    """The reply carrying an encoded body: size prefix and header written here."""
+    header_cls, write_header, _ = _response_codec(api_key, version)
+    frame = ResponseFrame()
+    frame.write(b"\0\0\0\0")
+    write_header(frame, header_cls(correlation_id=correlation_id))
+    head = bytearray(b"".join(frame.finish().parts))
+    _SIZE.pack_into(head, 0, len(head) - 4 + len(body))
+    return PreEncoded([bytes(head), body])
 
 
 def encode_response(correlation_id: int, response) -> ResponseFrame:

@@ -5,8 +5,11 @@ once (so a Produce waiting for its fsync does not hold back the next one), and
 a writer task sends the replies in request order, as clients require. A frame
 larger than `socket.request.max.bytes`, a header that cannot be read, or an
 API version this broker does not serve closes that connection, as Kafka does;
-others are untouched. Handlers run on the event loop and call the store
-directly: appends and reads are a pwrite or pread each.
+others are untouched. A connection that neither sent a request nor
+was owed a reply for `connections.max.idle.ms` is closed. Produce requests are decoded
+natively (records stay views of the frame); other requests through kio.
+Handlers run on the event loop and call the store directly: appends and
+reads are a pwrite or pread each, and large Fetch records go out by sendfile.
 """
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ from logstore.broker.config import BrokerConfig
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.broker.protocol import (
     ErrorCode,
-    FileRecords,
+    HeldSlice,
+    PreEncoded,
     ProtocolError,
     UnsupportedRequest,
     decode_request,
@@ -35,12 +39,17 @@ from logstore.broker.protocol import (
 from logstore.checkpoints import write_atomically
 from logstore.errors import UnknownTopicOrPartitionError
 from logstore.manager import LogManager
+from logstore.native.wire import WireError, decode_produce
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 META_PROPERTIES = "meta.properties"
 PRODUCE = 0
+# Below this a file range is read and written like any bytes; above, sendfile's
+# pause of the connection's reads costs less than the copy through user space.
+SENDFILE_MIN_BYTES = 64 * 1024
+IDLE = "connections.max.idle.ms"
 
 
 def _cluster_id(log_dir: str, node_id: int) -> str:
@@ -74,6 +83,12 @@ class Broker:
         self._appended = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task] = set()
+        # Per connection: when it last read a frame or sent a reply, and how many replies it owes.
+        self._activity: dict[asyncio.Task, list] = {}
+        self._reaper: asyncio.Task | None = None
+        self._sendfile = True
+        # Encoded answers that only change with the topics, per API key (Metadata).
+        self.response_cache: dict[int, dict] = {}
 
     # -- what handlers use -------------------------------------------------------------------
 
@@ -104,26 +119,40 @@ class Broker:
         self._server = await asyncio.start_server(self._serve, listener.host or None, listener.port,
                                                   reuse_address=True)
         host, port = self._server.sockets[0].getsockname()[:2]
+        self._reaper = asyncio.create_task(self._close_idle_connections())
         log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
         return host, port
+
+    async def _close_idle_connections(self) -> None:
+        """Close connections with nothing read or owed for `connections.max.idle.ms`, as Kafka does."""
+        idle = self.config["connections.max.idle.ms"] / 1000
+        loop = asyncio.get_running_loop()
+        while not self.closing:
+            await asyncio.sleep(min(max(idle / 4, 0.05), 30.0))
+            now = loop.time()
+            for task, (last, owed) in list(self._activity.items()):
+                if owed == 0 and now - last > idle:
+                    log.info("closing a connection idle for %.0f ms (connections.max.idle.ms)", (now - last) * 1000)
+                    task.cancel(IDLE)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         self._connections.add(task)
+        activity = self._activity[task] = [asyncio.get_running_loop().time(), 0]
         replies: asyncio.Queue = asyncio.Queue()
-        sender = asyncio.create_task(self._send_replies(replies, writer))
+        sender = asyncio.create_task(self._send_replies(replies, writer, activity))
         peer = writer.get_extra_info("peername")
         try:
-            await self._read_requests(reader, replies, peer)
+            await self._read_requests(reader, replies, peer, activity)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", peer, exc)
-        except asyncio.CancelledError:
-            if not self.closing:
+        except asyncio.CancelledError as exc:
+            if not (self.closing or exc.args == (IDLE,)):
                 raise
-            # shutdown() cancelled this connection: end normally, or Python 3.11's
-            # StreamReaderProtocol logs the cancellation as an unhandled exception.
+            # shutdown() or the idle reaper cancelled this connection: end normally, or Python
+            # 3.11's StreamReaderProtocol logs the cancellation as an unhandled exception.
         finally:
             await replies.put(None)
             try:
@@ -132,15 +161,19 @@ class Broker:
                 pass
             writer.close()
             self._connections.discard(task)
+            self._activity.pop(task, None)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer, activity) -> None:
         limit = self.config["socket.request.max.bytes"]
+        loop = asyncio.get_running_loop()
         while not self.closing:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
+            activity[0] = loop.time()
             # Checked before reading the body, so a lying size costs no memory.
             if size < 8 or size > limit:
                 raise ProtocolError(f"request size {size} outside 8..{limit} (socket.request.max.bytes)")
             frame = await reader.readexactly(size)
+            activity[0] = loop.time()
             api_key, version, correlation_id = peek_api(frame)
             if api_key == API_VERSIONS and version > API_VERSIONS_MAX:
                 # KIP-511: the body cannot be read; answer v0 with our range so the client retries.
@@ -150,11 +183,19 @@ class Broker:
             api = REGISTRY.get(api_key)
             if api is None or not api.accept_from <= version <= api.max_version:
                 raise UnsupportedRequest(f"api key {api_key} version {version} is not served")
-            header, body = decode_request(frame)
-            request = Request(self, api_key, version, correlation_id, header.client_id)
+            if api_key == PRODUCE:
+                try:
+                    client_id, body = decode_produce(frame)
+                except (WireError, UnicodeDecodeError) as exc:
+                    raise ProtocolError(f"Produce v{version}: {exc}") from None
+            else:
+                header, body = decode_request(frame)
+                client_id = header.client_id
+            request = Request(self, api_key, version, correlation_id, client_id)
             task = asyncio.create_task(self._handle(api, request, body))
             if api_key == PRODUCE and body.acks == 0:
                 continue  # no reply is read for acks=0
+            activity[1] += 1
             await replies.put(task)
 
     async def _handle(self, api, request: Request, body):
@@ -164,7 +205,8 @@ class Broker:
             log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
             raise
 
-    async def _send_replies(self, replies: asyncio.Queue, writer: asyncio.StreamWriter) -> None:
+    async def _send_replies(self, replies: asyncio.Queue, writer: asyncio.StreamWriter, activity) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             item = await replies.get()
             if item is None:
@@ -174,13 +216,36 @@ class Broker:
             except Exception:  # noqa: BLE001 - logged in _handle; the client sees the connection close
                 writer.close()
                 return
+            finally:
+                activity[0] = loop.time()
+                activity[1] -= 1
             if response is None:
                 continue
-            for part in encode_response(correlation_id, response).parts:
-                if isinstance(part, FileRecords):
-                    part = part.slice.read()
-                writer.write(part)
+            if isinstance(response, PreEncoded):
+                try:
+                    await self._send_parts(response.parts, writer)
+                finally:
+                    response.close()
+            else:
+                for part in encode_response(correlation_id, response).parts:
+                    writer.write(part)
             await writer.drain()
+
+    async def _send_parts(self, parts: list, writer: asyncio.StreamWriter) -> None:
+        loop = asyncio.get_running_loop()
+        for part in parts:
+            if not isinstance(part, HeldSlice):
+                writer.write(part)
+            elif part.size < SENDFILE_MIN_BYTES or not self._sendfile:
+                writer.write(part.read())
+            else:
+                await writer.drain()
+                try:
+                    await loop.sendfile(writer.transport, part, part.position, part.size, fallback=False)
+                except (AttributeError, NotImplementedError, asyncio.SendfileNotAvailableError):
+                    # uvloop, or a transport without sendfile: copy, and stop trying.
+                    self._sendfile = False
+                    writer.write(part.read())
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         """Serve until `stop` is set, then shut down cleanly."""
@@ -191,6 +256,8 @@ class Broker:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
         self.notify_appended()
+        if self._reaper is not None:
+            self._reaper.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):

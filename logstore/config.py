@@ -66,15 +66,19 @@ class LogConfig:
         hours = {}
         for name, value in props.items():
             if name in HOURS_ALIASES:
-                factor = 60_000 if name.endswith("minutes") else 3_600_000
-                hours[HOURS_ALIASES[name]] = _as_int(name, value) * factor
+                minutes = name.endswith("minutes")
+                target = HOURS_ALIASES[name]
+                # Kafka: log.retention.minutes wins over log.retention.hours whatever their order.
+                if minutes or (target, True) not in hours:
+                    hours.pop((target, False), None)
+                    hours[(target, minutes)] = _as_int(name, value) * (60_000 if minutes else 3_600_000)
                 continue
             topic_name = BROKER_NAMES.get(name, name)
             if topic_name not in TOPIC_CONFIGS:
                 raise InvalidConfigError(f"unknown log config {name!r}")
             attribute, _, default, rule = TOPIC_CONFIGS[topic_name]
             changes[attribute] = _checked(topic_name, value, default, rule)
-        for topic_name, value in hours.items():
+        for (topic_name, _), value in hours.items():
             changes.setdefault(TOPIC_CONFIGS[topic_name][0], value)
         return replace(self, **changes)
 

@@ -6,6 +6,8 @@ shutdown marker is missing) and removes the marker, so a crash from here on
 is seen as unclean. Closing flushes every log, writes the checkpoints and
 then the marker. Topic names follow Kafka's rule, which also keeps every
 path inside the data directory.
+
+Topic config overrides persist in `topic-configs` (see `logstore.topics`).
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from logstore.checkpoints import (
     read_clean_shutdown_marker,
     read_partition_metadata,
     remove_clean_shutdown_marker,
+    write_atomically,
     write_clean_shutdown_marker,
     write_partition_metadata,
 )
@@ -41,11 +44,11 @@ from logstore.errors import (
 )
 from logstore.formats import DEFAULT_FORMAT
 from logstore.log import Log, parse_partition_dir
+from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topic_configs, topic_level,
+                             validate_topic_name)
 
 log = logging.getLogger(__name__)
 
-MAX_TOPIC_NAME = 249
-_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 _DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
 # Kafka's intervals for the background jobs (broker config names).
 SCHEDULE_DEFAULTS = {
@@ -59,18 +62,6 @@ SCHEDULE_DEFAULTS = {
 }
 
 
-def validate_topic_name(name: str) -> None:
-    """Kafka's topic rule: 1-249 of [a-zA-Z0-9._-], not `.` or `..`."""
-    if not isinstance(name, str) or not name:
-        raise InvalidTopicError("topic name is empty")
-    if name in (".", ".."):
-        raise InvalidTopicError(f"topic name cannot be {name!r}")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is {MAX_TOPIC_NAME}")
-    if not _LEGAL_TOPIC.fullmatch(name):
-        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
-
-
 @dataclass(frozen=True)
 class TopicInfo:
     """A topic: its id, partition count and config."""
@@ -82,7 +73,12 @@ class TopicInfo:
 
 
 class LogManager:
-    """The partitions of one store: open, create, delete, checkpoint, retain, close."""
+    """The partitions of one store: open, create, delete, checkpoint, retain, close.
+
+    A topic's config is the default config, then the overrides it was created
+    with (kept in `topic-configs`), then `topic_configs` given to this opener
+    (for this run only, not written).
+    """
 
     def __init__(self, log_dirs: str | Iterable[str], config: Mapping[str, Any] | LogConfig | None = None, *,
                  topic_configs: Mapping[str, Mapping[str, Any]] | None = None, fmt=DEFAULT_FORMAT,
@@ -93,7 +89,9 @@ class LogManager:
         self.default_config = config if isinstance(config, LogConfig) else LogConfig.from_properties(config)
         self.settings = {**SCHEDULE_DEFAULTS, **(broker_settings or {})}
         self.format = fmt
-        self._topic_overrides = {t: dict(c) for t, c in (topic_configs or {}).items()}
+        self._given_overrides = {t: topic_level(c, self.default_config) for t, c in (topic_configs or {}).items()}
+        self._stored_overrides: dict[str, dict[str, Any]] = {}
+        self._config_generation = 0
         self._logs: dict[tuple[str, int], Log] = {}
         self._topic_ids: dict[str, bytes] = {}
         self._lock = threading.RLock()
@@ -130,6 +128,7 @@ class LogManager:
                 except (ValueError, InvalidTopicError):
                     continue
                 jobs.append((log_dir, path, key, clean, recovery.get(key, 0), starts.get(key, 0)))
+        self._load_topic_configs({job[2][0] for job in jobs})
         total = len(jobs)
         done = 0
         workers = max(1, int(self.settings["num.recovery.threads.per.data.dir"]) * len(self.log_dirs))
@@ -150,6 +149,31 @@ class LogManager:
         for log_dir in self.log_dirs:
             remove_clean_shutdown_marker(log_dir)
         log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
+
+    def _load_topic_configs(self, present: set[str]) -> None:
+        generation, stored = 0, {}
+        for log_dir in self.log_dirs:
+            try:
+                found = read_topic_configs(os.path.join(log_dir, TOPIC_CONFIGS_FILE))
+            except FileNotFoundError:
+                continue
+            if found[0] > generation:
+                generation, stored = found
+        self._config_generation = generation
+        self._stored_overrides = stored
+        # An entry without directories is a create or delete cut short by a crash; left
+        # on disk, it would come back as the config of a later topic of that name.
+        kept = {t: o for t, o in stored.items() if t in present}
+        if kept != stored:
+            self._store_topic_configs(kept)
+
+    def _store_topic_configs(self, topics: dict[str, dict[str, Any]]) -> None:
+        # Raised before writing: a generation half-written by a failed write is never reused.
+        self._config_generation += 1
+        data = encode_topic_configs(self._config_generation, topics)
+        for log_dir in self.log_dirs:
+            write_atomically(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data)
+        self._stored_overrides = topics
 
     def _open_log(self, path: str, config: LogConfig, **kwargs) -> Log:
         opened = Log.open(path, config, fmt=self.format,
@@ -174,7 +198,11 @@ class LogManager:
 
     def config_for(self, topic: str) -> LogConfig:
         """The default config with the topic's overrides."""
-        return self.default_config.with_overrides(self._topic_overrides.get(topic, {}))
+        return self.default_config.with_overrides(self.topic_overrides(topic))
+
+    def topic_overrides(self, topic: str) -> dict[str, Any]:
+        """The settings `topic` sets itself, under topic-level Kafka names ({} for none or an unknown topic)."""
+        return {**self._stored_overrides.get(topic, {}), **self._given_overrides.get(topic, {})}
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, topic_id: bytes | None = None) -> TopicInfo:
@@ -186,9 +214,13 @@ class LogManager:
             self._check_open()
             if name in self.topics():
                 raise TopicExistsError(f"topic {name!r} already exists")
-            overrides = dict(config or {})
+            overrides = topic_level(config or {}, self.default_config)
             topic_config = self.default_config.with_overrides(overrides)
-            self._topic_overrides[name] = overrides
+            # Written before the directories, so no directory of the topic is ever seen without its config.
+            if overrides or name in self._stored_overrides:
+                stored = {t: o for t, o in self._stored_overrides.items() if t != name}
+                self._store_topic_configs({**stored, name: overrides} if overrides else stored)
+            self._given_overrides.pop(name, None)
             topic_id = topic_id or uuid.uuid4().bytes
             self._topic_ids[name] = topic_id
             for partition in range(partitions):
@@ -233,7 +265,9 @@ class LogManager:
                 os.rename(doomed.directory, renamed)
                 shutil.rmtree(renamed, ignore_errors=True)
             self._topic_ids.pop(name, None)
-            self._topic_overrides.pop(name, None)
+            self._given_overrides.pop(name, None)
+            if name in self._stored_overrides:
+                self._store_topic_configs({t: o for t, o in self._stored_overrides.items() if t != name})
 
     def topics(self) -> dict[str, int]:
         """Topic name → partition count."""

@@ -27,7 +27,7 @@ from logstore.errors import (
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
-from logstore.index import AbortedTxn, TxnIndex, sync_file
+from logstore.index import AbortedTxn, TxnIndex
 from logstore.segment import segments_between
 from logstore.native import producer_state as native
 from logstore.native.producer_state import ProducerEntry, ProducerTable

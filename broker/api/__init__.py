@@ -22,7 +22,8 @@ from logstore.broker.protocol import ErrorCode
 __all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error_code", "load_all"]
 
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
-                   "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch")
+                   "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
+                   "describe_configs")
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,9 @@ with the first write's offsets; a gap is OUT_OF_ORDER_SEQUENCE_NUMBER, an
 old epoch INVALID_PRODUCER_EPOCH). acks must be -1, 0 or 1; acks=0 gets no
 response. acks=-1 is answered once the group-commit fsync covers the append
 (unless `logstore.acks.all.fsync=false`, Kafka's page-cache behaviour), or
-REQUEST_TIMED_OUT if that takes longer than the request's timeout.
+REQUEST_TIMED_OUT if that takes longer than the request's timeout. The
+request is decoded natively (`logstore.native.wire`): records are views of
+the frame, not copies.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ async def handle(request, body):
     broker = request.broker
     version = request.version
     acks = body.acks
-    timeout = body.timeout.total_seconds()
+    timeout = body.timeout_ms / 1000
     topics, waits = [], []
     for topic in body.topic_data:
         rows = []

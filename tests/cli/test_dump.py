@@ -290,7 +290,7 @@ def test_bad_crc_batch_is_printed_invalid_and_the_next_batch_still_read(tmp_path
     batches = batch_lines(result.stdout.splitlines())
     assert batches[0] == kafka_line(vector_entries(BAD_CRC)[0])
     assert batches[0].endswith("crc: 1704460240 isvalid: false")
-    assert batches[1].startswith(f"baseOffset: 103 ") and f"position: {len(bad)} " in batches[1]
+    assert batches[1].startswith("baseOffset: 103 ") and f"position: {len(bad)} " in batches[1]
     assert batches[1].endswith("isvalid: true")
     assert "| offset: 0 CreateTime: 9999999 keySize: 4 valueSize: 22" in result.stdout
     assert result.stderr.splitlines() == [

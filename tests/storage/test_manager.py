@@ -6,6 +6,7 @@ import os
 import pytest
 
 import logstore
+from logstore.config import LogConfig
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint, read_partition_metadata
 from logstore.errors import (
     InvalidConfigError,
@@ -118,6 +119,16 @@ def test_delete_topic_and_unknown_partitions(tmp_path):
     with logstore.open(str(tmp_path)) as store:
         assert store.topics() == {"kept": 1}
     assert not (tmp_path / "kept-0.0123456789abcdef0123456789abcdef-delete").exists()
+
+
+@pytest.mark.parametrize("props, retention_ms", [
+    ({"log.retention.hours": 1}, 3_600_000),
+    ({"log.retention.minutes": 10, "log.retention.hours": 1}, 600_000),
+    ({"log.retention.hours": 1, "log.retention.minutes": 10}, 600_000),
+    ({"log.retention.hours": 1, "log.retention.ms": 5, "log.retention.minutes": 10}, 5),
+])
+def test_retention_ms_then_minutes_then_hours_as_kafka_reads_them(props, retention_ms):
+    assert LogConfig.from_properties(props).retention_ms == retention_ms
 
 
 def test_topic_configs_use_kafka_names(tmp_path):

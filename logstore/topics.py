@@ -1,0 +1,88 @@
+"""Topic names (Kafka's rule) and the `topic-configs` file of overrides, which Kafka keeps in its metadata log.
+
+The file: one at the root of every log dir, each a full copy:
+
+    {"version": 0, "generation": <n>, "topics": {"<topic>": {"<topic-level name>": <value>, ...}, ...}}
+
+Values are stored under topic-level names (`retention.ms`, never
+`log.retention.hours`). Each write replaces every copy atomically with the
+generation raised by one; on open the copy with the highest generation wins,
+so a crash between two log dirs leaves the older state or the newer one, never
+a mix. The file is written before a topic's directories are made and after
+they are removed, so an entry without directories can only be a leftover of a
+crash; opening drops it. No file is written while no topic has an override.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Mapping
+
+from logstore.checkpoints import CorruptCheckpointError
+from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
+from logstore.errors import InvalidConfigError, InvalidTopicError
+
+MAX_TOPIC_NAME = 249
+_LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
+TOPIC_CONFIGS_FILE = "topic-configs"
+TOPIC_CONFIGS_VERSION = 0
+
+
+def validate_topic_name(name: str) -> None:
+    """Kafka's topic rule: 1-249 of [a-zA-Z0-9._-], not `.` or `..`."""
+    if not isinstance(name, str) or not name:
+        raise InvalidTopicError("topic name is empty")
+    if name in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {name!r}")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicError(f"topic name is {len(name)} characters, the limit is {MAX_TOPIC_NAME}")
+    if not _LEGAL_TOPIC.fullmatch(name):
+        raise InvalidTopicError(f"topic name {name!r} has characters outside [a-zA-Z0-9._-]")
+
+
+def encode_topic_configs(generation: int, topics: Mapping[str, Mapping[str, Any]]) -> bytes:
+    """The file's bytes for a generation of overrides."""
+    doc = {"version": TOPIC_CONFIGS_VERSION, "generation": generation, "topics": topics}
+    return json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
+
+
+def topic_level(overrides: Mapping[str, Any], base: LogConfig) -> dict[str, Any]:
+    """`overrides` checked and keyed by topic-level names (`log.retention.hours=1` → `retention.ms=3600000`)."""
+    props = base.with_overrides(overrides).to_properties()
+    return {name: props[name] for name in sorted({BROKER_NAMES.get(n, HOURS_ALIASES.get(n, n)) for n in overrides})}
+
+
+def read_topic_configs(path: str) -> tuple[int, dict[str, dict[str, Any]]]:
+    """(generation, overrides per topic) of one `topic-configs` file; FileNotFoundError if there is none."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(path, data.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
+    except json.JSONDecodeError as exc:
+        raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
+
+    def is_int(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if not isinstance(doc, dict) or set(doc) != {"version", "generation", "topics"}:
+        raise CorruptCheckpointError(path, 1, "expected an object of version, generation and topics")
+    if not is_int(doc["version"]) or doc["version"] != TOPIC_CONFIGS_VERSION:
+        raise CorruptCheckpointError(path, 1, f"expected version {TOPIC_CONFIGS_VERSION}, found {doc['version']!r}")
+    if not is_int(doc["generation"]) or doc["generation"] < 0:
+        raise CorruptCheckpointError(path, 1, f"bad generation {doc['generation']!r}")
+    if not isinstance(doc["topics"], dict):
+        raise CorruptCheckpointError(path, 1, "topics is not an object")
+    for topic, overrides in doc["topics"].items():
+        try:
+            validate_topic_name(topic)
+            if not isinstance(overrides, dict) or not overrides:
+                raise InvalidConfigError("expected a non-empty object of settings")
+            for name, value in overrides.items():
+                if name not in TOPIC_CONFIGS or not (is_int(value) or isinstance(value, str)):
+                    raise InvalidConfigError(f"{name}={value!r} is not a topic config")
+            LogConfig().with_overrides(overrides)
+        except (InvalidTopicError, InvalidConfigError) as exc:
+            raise CorruptCheckpointError(path, 1, f"topic {topic!r}: {exc}") from None
+    return doc["generation"], doc["topics"]
