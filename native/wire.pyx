@@ -12,7 +12,7 @@ are skipped whatever their tag, as Kafka skips the ones it does not know.
 from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 
 DEF PRODUCE_FIRST_FLEXIBLE = 9
@@ -228,31 +228,22 @@ cdef class _Writer:
         self.cap = cap
         return 0
 
-    cdef inline int i16(self, int16_t v) except -1:
-        self.reserve(2)
-        self.buf[self.pos] = (v >> 8) & 0xFF
-        self.buf[self.pos + 1] = v & 0xFF
-        self.pos += 2
+    cdef inline int big_endian(self, uint64_t u, int n) except -1:
+        self.reserve(n)
+        cdef int i
+        for i in range(n):
+            self.buf[self.pos + i] = (u >> (8 * (n - 1 - i))) & 0xFF
+        self.pos += n
         return 0
+
+    cdef inline int i16(self, int16_t v) except -1:
+        return self.big_endian(<uint16_t>v, 2)
 
     cdef inline int i32(self, int32_t v) except -1:
-        self.reserve(4)
-        cdef uint32_t u = <uint32_t>v
-        self.buf[self.pos] = u >> 24
-        self.buf[self.pos + 1] = (u >> 16) & 0xFF
-        self.buf[self.pos + 2] = (u >> 8) & 0xFF
-        self.buf[self.pos + 3] = u & 0xFF
-        self.pos += 4
-        return 0
+        return self.big_endian(<uint32_t>v, 4)
 
     cdef inline int i64(self, int64_t v) except -1:
-        self.reserve(8)
-        cdef uint64_t u = <uint64_t>v
-        cdef int i
-        for i in range(8):
-            self.buf[self.pos + i] = (u >> (56 - 8 * i)) & 0xFF
-        self.pos += 8
-        return 0
+        return self.big_endian(<uint64_t>v, 8)
 
     cdef inline int uvarint(self, uint32_t v) except -1:
         self.reserve(5)

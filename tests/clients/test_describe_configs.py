@@ -11,8 +11,6 @@ import asyncio
 import dataclasses
 import importlib
 import io
-import socket
-import struct
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic as AioNewTopic
@@ -26,6 +24,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from logstore.config import TOPIC_CONFIGS
+from raw_wire import connect, framed, recv_frame
 from segment_files import segment_paths
 
 TIMEOUT = 15.0  # s: a bound on any single wait
@@ -191,15 +190,6 @@ def test_aiokafka_describes_a_topic_and_reports_a_missing_one(broker, topic):
 
 # -- every version by hand -----------------------------------------------------------------------------
 
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        assert chunk, f"connection closed after {len(data)} of {n} bytes"
-        data += chunk
-    return data
-
-
 def raw_describe(broker, version: int, resources, **flags):
     """One DescribeConfigs request at `version` on its own connection; kio's decoding of the response."""
     request_cls = load_request_schema(DESCRIBE_CONFIGS, version)
@@ -213,10 +203,9 @@ def raw_describe(broker, version: int, resources, **flags):
     entity_writer(header_cls)(out, header_cls(request_api_key=DESCRIBE_CONFIGS, request_api_version=version,
                                               correlation_id=7, client_id="raw"))
     entity_writer(request_cls)(out, body)
-    with socket.create_connection((broker.host, broker.port), timeout=TIMEOUT) as s:
-        s.sendall(struct.pack(">i", len(out.getvalue())) + out.getvalue())
-        (size,) = struct.unpack(">i", _recv_exactly(s, 4))
-        frame = _recv_exactly(s, size)
+    with connect(broker) as s:
+        s.sendall(framed(out.getvalue()))
+        frame = recv_frame(s)
     response_cls = load_response_schema(DESCRIBE_CONFIGS, version)
     header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
     assert header.correlation_id == 7
