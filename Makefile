@@ -41,28 +41,21 @@ test: build kcat
 soak: build kcat
 	$(PYTEST) -q -m soak tests
 
+# Each suite writes its JSON, then its report prints the ratios.
+BENCH := $(PYTEST) -q --benchmark-only --benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+
 bench: build
 	@mkdir -p .benchmarks
-	$(PYTEST) -q bench/test_codec.py --benchmark-only \
-		--benchmark-json=.benchmarks/codec.json --benchmark-min-rounds=10 \
-		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-sort=name \
-		--benchmark-group-by=group
+	$(BENCH) bench/test_codec.py --benchmark-json=.benchmarks/codec.json --benchmark-min-rounds=10 \
+		--benchmark-sort=name
 	$(BIN)/python bench/report.py .benchmarks/codec.json
-	$(PYTEST) -q bench/test_storage.py --benchmark-only \
-		--benchmark-json=.benchmarks/storage.json \
-		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BENCH) bench/test_storage.py --benchmark-json=.benchmarks/storage.json
 	$(BIN)/python bench/storage_report.py .benchmarks/storage.json
-	$(PYTEST) -q bench/test_producer_state.py --benchmark-only \
-		--benchmark-json=.benchmarks/producer.json \
-		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BENCH) bench/test_producer_state.py --benchmark-json=.benchmarks/producer.json
 	$(BIN)/python bench/producer_report.py .benchmarks/producer.json
-	$(PYTEST) -q bench/test_transactions.py --benchmark-only \
-		--benchmark-json=.benchmarks/transactions.json \
-		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BENCH) bench/test_transactions.py --benchmark-json=.benchmarks/transactions.json
 	$(BIN)/python bench/transactions_report.py .benchmarks/transactions.json
-	$(PYTEST) -q bench/test_broker.py --benchmark-only \
-		--benchmark-json=.benchmarks/broker.json \
-		--benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
+	$(BENCH) bench/test_broker.py --benchmark-json=.benchmarks/broker.json
 	$(BIN)/python bench/broker_report.py .benchmarks/broker.json
 
 clean:
