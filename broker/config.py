@@ -29,6 +29,13 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "socket.request.max.bytes": (104_857_600, int),
     "connections.max.idle.ms": (600_000, int),
     "transaction.max.timeout.ms": (900_000, int),
+    "transaction.state.log.num.partitions": (50, int),
+    "transaction.state.log.segment.bytes": (104_857_600, int),
+    "transactional.id.expiration.ms": (604_800_000, int),
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (10_000, int),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (3_600_000, int),
+    "offsets.topic.num.partitions": (50, int),
+    "offsets.topic.segment.bytes": (104_857_600, int),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
     # false gives Kafka's page-cache behaviour.

@@ -20,10 +20,12 @@ import os
 import signal
 import struct
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 from logstore.broker.api import REGISTRY, Request, load_all
 from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
 from logstore.broker.config import BrokerConfig
+from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.broker.protocol import (
     ErrorCode,
@@ -50,6 +52,8 @@ PRODUCE = 0
 # pause of the connection's reads costs less than the copy through user space.
 SENDFILE_MIN_BYTES = 64 * 1024
 IDLE = "connections.max.idle.ms"
+# Coordinator calls block on fsyncs; this many run at once (their fsyncs are shared by group commit).
+COORDINATOR_THREADS = 16
 
 
 def _cluster_id(log_dir: str, node_id: int) -> str:
@@ -79,6 +83,15 @@ class Broker:
         self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
         self.cluster_id = _cluster_id(config.log_dirs[0], self.node_id)
         self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+        self.transactions = TransactionCoordinator(self.store, self.producer_ids.allocate,
+                                                   TxnConfig.from_settings(config.settings),
+                                                   on_markers=self._markers_written)
+        loaded = self.transactions.load()
+        if loaded:
+            log.info("transaction coordinator loaded %d transactional ids", loaded)
+        self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._upkeep: asyncio.Task | None = None
         self.closing = False
         self._appended = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -111,6 +124,36 @@ class Broker:
         self._appended.set()
         self._appended = asyncio.Event()
 
+    def _markers_written(self) -> None:
+        # Called from a coordinator thread: read_committed fetches may move past the new LSO.
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.notify_appended)
+
+    async def coordinate(self, call, *args):
+        """Run a (blocking) coordinator call in the coordinator pool."""
+        return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, call, *args)
+
+    async def _transaction_upkeep(self) -> None:
+        """Finish decided transactions now, then abort timed-out ones and expire idle ids, as Kafka's
+        scheduler does, at `transaction.*.cleanup.interval.ms`."""
+        loop = asyncio.get_running_loop()
+        abort_every = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
+        expire_every = self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000
+        txns = self.transactions
+        finished = await self.coordinate(txns.complete_prepared)
+        if finished:
+            log.info("finished %d transactions decided before the restart: %s", len(finished), finished)
+        next_expiry = loop.time() + expire_every
+        while not self.closing:
+            await asyncio.sleep(abort_every)
+            await self.coordinate(txns.abort_timed_out)
+            await self.coordinate(txns.complete_prepared)
+            if loop.time() >= next_expiry:
+                expired = await self.coordinate(txns.expire_transactional_ids)
+                if expired:
+                    log.info("expired %d transactional ids (transactional.id.expiration.ms)", len(expired))
+                next_expiry = loop.time() + expire_every
+
     # -- serving -------------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
@@ -120,6 +163,8 @@ class Broker:
                                                   reuse_address=True)
         host, port = self._server.sockets[0].getsockname()[:2]
         self._reaper = asyncio.create_task(self._close_idle_connections())
+        self._loop = asyncio.get_running_loop()
+        self._upkeep = asyncio.create_task(self._transaction_upkeep())
         log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
         return host, port
 
@@ -256,13 +301,16 @@ class Broker:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
         self.notify_appended()
-        if self._reaper is not None:
-            self._reaper.cancel()
+        for job in (self._reaper, self._upkeep):
+            if job is not None:
+                job.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        # Coordinator calls already running finish their writes before the store closes.
+        await asyncio.get_running_loop().run_in_executor(None, self._coordinator_pool.shutdown)
         self.store.close()
         log.info("logstore broker %d stopped", self.node_id)
 

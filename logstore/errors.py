@@ -199,7 +199,8 @@ class InvalidProducerEpochError(LogStoreError):
 
 
 class InvalidTxnStateError(LogStoreError):
-    """A non-transactional write from a producer with an open transaction."""
+    """A write or transaction request the transaction's state does not allow (e.g. a
+    plain write inside an open transaction, a commit of an aborting one)."""
 
     error_name = "INVALID_TXN_STATE"
 
@@ -208,6 +209,48 @@ class TransactionCoordinatorFencedError(LogStoreError):
     """A marker from a coordinator epoch older than the one that wrote the producer's last marker."""
 
     error_name = "TRANSACTION_COORDINATOR_FENCED"
+
+
+class ProducerFencedError(LogStoreError):
+    """A transactional producer whose epoch a newer instance (or a timeout) has replaced."""
+
+    error_name = "PRODUCER_FENCED"
+
+
+class InvalidProducerIdMappingError(LogStoreError):
+    """A producer id that is not the one the transactional id holds."""
+
+    error_name = "INVALID_PRODUCER_ID_MAPPING"
+
+
+class InvalidTransactionTimeoutError(LogStoreError):
+    """A transaction timeout of 0 or less, or above transaction.max.timeout.ms."""
+
+    error_name = "INVALID_TRANSACTION_TIMEOUT"
+
+
+class ConcurrentTransactionsError(LogStoreError):
+    """The transactional id is between states (markers being written): retry shortly."""
+
+    error_name = "CONCURRENT_TRANSACTIONS"
+
+
+class CoordinatorNotAvailableError(LogStoreError):
+    """The coordinator cannot serve now (its log could not be written, or it is closing)."""
+
+    error_name = "COORDINATOR_NOT_AVAILABLE"
+
+
+class InvalidRequestError(LogStoreError):
+    """A request whose fields make no sense together (e.g. an empty transactional id)."""
+
+    error_name = "INVALID_REQUEST"
+
+
+class TransactionalIdNotFoundError(LogStoreError):
+    """A transactional id the coordinator does not know."""
+
+    error_name = "TRANSACTIONAL_ID_NOT_FOUND"
 
 
 class CorruptSnapshotError(StorageError):

@@ -19,11 +19,12 @@ from kio.index import load_response_schema
 
 from logstore.broker.protocol import ErrorCode
 
-__all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error_code", "load_all"]
+__all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error_code", "load_all",
+           "coordinator_error"]
 
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
                    "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
-                   "describe_configs")
+                   "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn")
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,12 @@ def build(cls, **values):
 def error_code(code: int) -> ErrorCode:
     """kio's ErrorCode for a Kafka error number."""
     return ErrorCode(code)
+
+
+def coordinator_error(exc: Exception, version: int, fenced_from: int) -> ErrorCode:
+    """The code of a coordinator's error at this version: PRODUCER_FENCED only exists from
+    `fenced_from`, older versions get INVALID_PRODUCER_EPOCH, as Kafka answers them."""
+    code = ErrorCode(exc.code)
+    if code == ErrorCode.producer_fenced and version < fenced_from:
+        return ErrorCode.invalid_producer_epoch
+    return code

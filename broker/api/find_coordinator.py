@@ -1,28 +1,52 @@
-"""FindCoordinator (10), v0-4: there is no group or transaction coordinator yet, so every key
-is answered COORDINATOR_NOT_AVAILABLE (retriable: clients ask again later).
+"""FindCoordinator (10), v0-4: this broker for transactional ids; groups wait for their coordinator.
 
-Advertised anyway because librdkafka derives its LZ4 feature from FindCoordinator
-being listed (rdkafka_feature.c: LZ4 arrived with GroupCoordinator in 0.8.2, so
-that API stands in for it): without this key every librdkafka producer silently
-sends lz4 batches uncompressed. The coordinators replace this answer.
+Key type 1 (a transactional id) is answered with this node, once
+`__transaction_state` exists (it is created at the first lookup, as Kafka
+does); an empty transactional id is INVALID_REQUEST. Key type 0 (a group)
+is COORDINATOR_NOT_AVAILABLE, which clients retry, until the group
+coordinator is built. v4+ (KIP-699) asks for several keys and gets a row
+each.
+
+Advertised from the start because librdkafka derives its LZ4 feature from
+FindCoordinator being listed (rdkafka_feature.c: LZ4 arrived with
+GroupCoordinator in 0.8.2, so that API stands in for it): without this key
+every librdkafka producer silently sends lz4 batches uncompressed.
 """
 from __future__ import annotations
 
 from logstore.broker.api import api, build, response_type
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.errors import LogStoreError
 
 KEY = 10
-MESSAGE = "this broker runs no group or transaction coordinator yet"
+GROUP, TRANSACTION = 0, 1
+NO_GROUPS = "this broker runs no group coordinator yet"
+
+
+async def _find(broker, key_type: int, key: str) -> dict:
+    none = dict(node_id=-1, host="", port=-1)
+    if key_type == TRANSACTION:
+        if not key:
+            return dict(none, error_code=ErrorCode.invalid_request, error_message="empty transactional id")
+        try:
+            await broker.coordinate(broker.transactions.ensure_state_topic)
+        except LogStoreError as exc:
+            return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=str(exc))
+        advertised = broker.config.advertised
+        return dict(node_id=broker.node_id, host=advertised.host, port=advertised.port,
+                    error_code=ErrorCode.none, error_message=None)
+    if key_type == GROUP:
+        return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=NO_GROUPS)
+    return dict(none, error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}")
 
 
 @api(KEY, 0, 4)
 async def handle(request, body):
-    """COORDINATOR_NOT_AVAILABLE for every key asked (v4+: one row per key)."""
+    """The coordinator of each key asked (v4+: one row per key)."""
     version = request.version
-    error = ErrorCode.coordinator_not_available
-    none = dict(node_id=-1, host="", port=-1, error_code=error, error_message=MESSAGE)
+    key_type = getattr(body, "key_type", GROUP)
     if version >= 4:
-        rows = tuple(build(response_type(KEY, version, "Coordinator"), key=key, **none)
-                     for key in body.coordinator_keys)
+        rows = tuple(build(response_type(KEY, version, "Coordinator"), key=key,
+                           **await _find(request.broker, key_type, key)) for key in body.coordinator_keys)
         return build(response_type(KEY, version), throttle_time=ZERO_MS, coordinators=rows)
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, **none)
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, **await _find(request.broker, key_type, body.key))

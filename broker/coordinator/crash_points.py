@@ -1,0 +1,28 @@
+"""A test-only crash switch: SIGKILL this process at a named point of the coordinator.
+
+`LOGSTORE_CRASH_AT=name` (or `name:N`, the N-th time the point is reached)
+kills the process there with SIGKILL, as a power cut would stop it. Tests set
+it on a broker subprocess to prove that a restart finishes what was decided.
+Without the variable the check is one comparison.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+_SPEC = os.environ.get("LOGSTORE_CRASH_AT", "")
+_NAME, _, _NTH = _SPEC.partition(":")
+_hits = 0
+_lock = threading.Lock()
+
+
+def crash_point(name: str) -> None:
+    """Die here if the switch names this point (and this is its N-th hit)."""
+    global _hits
+    if name != _NAME:
+        return
+    with _lock:
+        _hits += 1
+        if _hits >= int(_NTH or 1):
+            os.kill(os.getpid(), signal.SIGKILL)

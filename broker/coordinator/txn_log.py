@@ -1,0 +1,136 @@
+"""`__transaction_state` records: Kafka's TransactionLogKey and TransactionLogValue (spec §9.4).
+
+Key v0 is the transactional id. Value v0 (plain) is what Kafka writes before
+`transaction.version` 1 and what this coordinator writes; v1 (flexible, with
+tagged previous/next producer ids and the client's transaction version) is
+read too. A null value is the tombstone of an expired transactional id. The
+partitions array is null in state Empty.
+"""
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass, field
+
+from logstore.broker.coordinator.records import Reader, Writer
+from logstore.errors import CorruptRecordError
+
+KEY_VERSION = 0
+VALUE_VERSION = 0
+_I64 = struct.Struct(">q")
+_I16 = struct.Struct(">h")
+
+
+class TxnState(enum.IntEnum):
+    """Kafka's transaction states; the value is the persisted TransactionStatus byte."""
+
+    EMPTY = 0
+    ONGOING = 1
+    PREPARE_COMMIT = 2
+    PREPARE_ABORT = 3
+    COMPLETE_COMMIT = 4
+    COMPLETE_ABORT = 5
+    DEAD = 6
+    PREPARE_EPOCH_FENCE = 7
+
+    @property
+    def kafka_name(self) -> str:
+        """The name Kafka's tools print (`PrepareCommit`, `CompleteAbort`, ...)."""
+        return "".join(word.capitalize() for word in self.name.split("_"))
+
+    @classmethod
+    def from_kafka_name(cls, name: str) -> "TxnState":
+        """The state Kafka's tools call `name`."""
+        for state in cls:
+            if state.kafka_name == name:
+                return state
+        raise ValueError(f"no transaction state {name!r}")
+
+
+@dataclass(frozen=True)
+class TxnLogValue:
+    """One persisted transition of a transactional id."""
+
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[tuple[str, int]] = field(default_factory=frozenset)
+    last_update_ms: int = -1
+    start_ms: int = -1
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
+
+
+def encode_key(transactional_id: str) -> bytes:
+    """TransactionLogKey v0."""
+    return Writer().int(2, KEY_VERSION).string(False, transactional_id).getvalue()
+
+
+def decode_key(data: bytes) -> str:
+    """The transactional id of a TransactionLogKey (v0, the only version)."""
+    reader = Reader(data, "TransactionLogKey")
+    version = reader.int(2)
+    if version != KEY_VERSION:
+        raise CorruptRecordError(f"TransactionLogKey version {version} is not 0")
+    transactional_id = reader.string(False)
+    reader.end()
+    return transactional_id
+
+
+def encode_value(value: TxnLogValue) -> bytes:
+    """TransactionLogValue v0, as Kafka writes it with transaction.version 0."""
+    w = Writer().int(2, VALUE_VERSION)
+    w.int(8, value.producer_id).int(2, value.producer_epoch).int(4, value.timeout_ms).int(1, int(value.state))
+    if value.state == TxnState.EMPTY:
+        w.array_header(False, None)
+    else:
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in sorted(value.partitions):
+            by_topic.setdefault(topic, []).append(partition)
+        w.array_header(False, len(by_topic))
+        for topic, partitions in by_topic.items():
+            w.string(False, topic).array_header(False, len(partitions))
+            for p in partitions:
+                w.int(4, p)
+    return w.int(8, value.last_update_ms).int(8, value.start_ms).getvalue()
+
+
+def decode_value(data: bytes) -> TxnLogValue:
+    """A TransactionLogValue of version 0 or 1."""
+    reader = Reader(data, "TransactionLogValue")
+    version = reader.int(2)
+    if version not in (0, 1):
+        raise CorruptRecordError(f"TransactionLogValue version {version} is not 0 or 1")
+    flexible = version >= 1
+    producer_id, epoch, timeout_ms, status = reader.int(8), reader.int(2), reader.int(4), reader.int(1)
+    try:
+        state = TxnState(status)
+    except ValueError:
+        raise CorruptRecordError(f"TransactionLogValue has unknown TransactionStatus {status}") from None
+
+    def topic_partitions():
+        topic = reader.string(flexible)
+        ids = reader.array(flexible, lambda: reader.int(4))
+        if flexible:
+            reader.tagged_fields()
+        return [(topic, p) for p in ids]
+
+    groups = reader.array(flexible, topic_partitions, nullable=True) or []
+    last_update_ms, start_ms = reader.int(8), reader.int(8)
+    tags = reader.tagged_fields() if flexible else {}
+    reader.end()
+    return TxnLogValue(producer_id, epoch, timeout_ms, state, frozenset(tp for g in groups for tp in g),
+                       last_update_ms, start_ms,
+                       previous_producer_id=_tag(tags, 0, _I64, -1), next_producer_id=_tag(tags, 1, _I64, -1),
+                       client_transaction_version=_tag(tags, 2, _I16, 0))
+
+
+def _tag(tags: dict[int, bytes], tag: int, fmt: struct.Struct, default: int) -> int:
+    raw = tags.get(tag)
+    if raw is None:
+        return default
+    if len(raw) != fmt.size:
+        raise CorruptRecordError(f"TransactionLogValue tagged field {tag} has {len(raw)} bytes, not {fmt.size}")
+    return fmt.unpack(raw)[0]
