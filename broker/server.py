@@ -344,7 +344,7 @@ def run(config_path: str | None, overrides: list[str]) -> int:
         print(f"logstore broker listening on {host}:{port}", flush=True)
     try:
         import uvloop
-        uvloop.run(run_broker(config, ready))
     except ImportError:
-        asyncio.run(run_broker(config, ready))
+        uvloop = None
+    (uvloop.run if uvloop is not None else asyncio.run)(run_broker(config, ready))
     return 0

@@ -46,7 +46,9 @@ async def handle(request, body):
     version = request.version
     key_type = getattr(body, "key_type", GROUP)
     if version >= 4:
-        rows = tuple(build(response_type(KEY, version, "Coordinator"), key=key,
-                           **await _find(request.broker, key_type, key)) for key in body.coordinator_keys)
-        return build(response_type(KEY, version), throttle_time=ZERO_MS, coordinators=rows)
+        rows = []
+        for key in body.coordinator_keys:
+            rows.append(build(response_type(KEY, version, "Coordinator"), key=key,
+                              **await _find(request.broker, key_type, key)))
+        return build(response_type(KEY, version), throttle_time=ZERO_MS, coordinators=tuple(rows))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, **await _find(request.broker, key_type, body.key))
