@@ -67,6 +67,52 @@ def _run_broker(args: argparse.Namespace) -> int:
     return server.run(args.config, args.override)
 
 
+def _add_transactions(commands) -> None:
+    parser = commands.add_parser(
+        "transactions",
+        help="list and describe transactions, find hanging ones (like kafka-transactions.sh)",
+        description="Ask a running broker about transactions, with Kafka's admin APIs "
+                    "(ListTransactions, DescribeTransactions, DescribeProducers), and print "
+                    "Kafka's tables.",
+        epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr); "
+               "2 bad arguments, or no broker at --bootstrap-server. The --json schema is "
+               "documented in `python -m pydoc logstore.broker.transactions_cli`.")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="the broker to ask (comma-separated entries: the first that answers)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", dest="as_json", action="store_true",
+                        help="print one JSON document instead of a table")
+    actions = parser.add_subparsers(title="commands", dest="transactions_command", metavar="COMMAND")
+    actions.required = True
+    listing = actions.add_parser("list", parents=[common], help="list transactional ids and their states")
+    listing.add_argument("--state", dest="states", action="append", metavar="STATE",
+                         help="only ids in this state (Kafka's names: Empty, Ongoing, PrepareCommit, "
+                              "PrepareAbort, CompleteCommit, CompleteAbort; repeatable)")
+    listing.add_argument("--producer-id", dest="producer_ids", action="append", type=int, metavar="N",
+                         help="only ids with this producer id (repeatable)")
+    listing.add_argument("--duration-filter", type=int, metavar="MS",
+                         help="only transactions running longer than MS milliseconds (< 0: all)")
+    describe = actions.add_parser("describe", parents=[common], help="describe one transactional id")
+    describe.add_argument("--transactional-id", required=True, metavar="ID")
+    producers = actions.add_parser("describe-producers", parents=[common],
+                                   help="the producers a partition remembers and their open transactions")
+    producers.add_argument("--topic", required=True)
+    producers.add_argument("--partition", required=True, type=int)
+    hanging = actions.add_parser(
+        "find-hanging", parents=[common],
+        help="open transactions older than the timeout that their coordinator does not know of")
+    hanging.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
+                         help="the largest transaction timeout in use, in minutes (default 15)")
+    hanging.add_argument("--topic", help="search this topic only (default: every topic)")
+    hanging.add_argument("--partition", type=int, help="search this partition of --topic only")
+    parser.set_defaults(run=_run_transactions)
+
+
+def _run_transactions(args: argparse.Namespace) -> int:
+    from logstore.broker import transactions_cli
+    return transactions_cli.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `logstore` command and all its subcommands."""
     parser = argparse.ArgumentParser(
@@ -76,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.required = True
     _add_dump(commands)
     _add_broker(commands)
+    _add_transactions(commands)
     return parser
 
 

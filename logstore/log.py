@@ -305,6 +305,11 @@ class Log:
         marker = self.format.build_control_batch(commit, coordinator_epoch, producer_id, producer_epoch, timestamp)
         return self.append(bytearray(marker), leader_epoch=leader_epoch, client=False, durable=durable)
 
+    def producer_entries(self) -> list:
+        """Every producer this partition remembers (DescribeProducers), by producer id, read between appends."""
+        with self._lock:
+            return sorted(self.producers.entries().values(), key=lambda e: e.producer_id)
+
     def expire_producers(self, now_ms: int | None = None) -> list[int]:
         """Drop producers idle for producer.id.expiration.ms (never one with an open transaction)."""
         with self._lock:

@@ -24,7 +24,8 @@ __all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error
 
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
                    "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
-                   "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn")
+                   "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn",
+                   "describe_producers", "describe_transactions", "list_transactions")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,80 @@
+"""DescribeTransactions (65), v0: what the transaction coordinator knows of each transactional id (KIP-664).
+
+Behavior, as Kafka's TransactionCoordinator.handleDescribeTransactions:
+- One row per id asked, in the order asked (an id asked twice is answered
+  twice). An empty id is INVALID_REQUEST, an id the coordinator does not
+  know (never initialised, or expired) TRANSACTIONAL_ID_NOT_FOUND; such rows
+  carry the id and the error, every other field empty or zero (the schema's
+  defaults, as Kafka sends them).
+- Otherwise: the state's Kafka name (`Ongoing`, `CompleteCommit`, ...), the
+  timeout (ms), the start time (ms since the epoch) of the current or last
+  transaction, -1 if none began since the id was (re)initialised, the
+  producer id and epoch, and the transaction's partitions grouped by topic.
+- A transition being written is not shown: the row is the last persisted
+  state, as Kafka shows the state and not the pending one. So an id being
+  fenced shows its Ongoing transaction until the abort is decided, and
+  PrepareEpochFence (only ever pending here) and Dead never appear.
+- In PrepareCommit/PrepareAbort Kafka lists only the partitions still
+  waiting for their marker; this coordinator writes the markers before it
+  answers EndTxn and clears the partitions with the Complete state, so a
+  Prepare state lists all of them.
+- This node coordinates every id and loads them all before it listens, so
+  neither NOT_COORDINATOR nor COORDINATOR_LOAD_IN_PROGRESS is answered.
+
+Version notes: v0 is the only version (flexible).
+"""
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from itertools import groupby
+
+from kio.static.primitive import i32Timedelta
+
+from logstore.broker.api import api, build, response_type
+from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.errors import TransactionalIdNotFoundError
+
+KEY = 65
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def epoch_ms(ms: int) -> datetime:
+    """The datetime kio writes as `ms` (exact to the millisecond; -1, Kafka's "none", included)."""
+    return _EPOCH + timedelta(milliseconds=ms)
+
+
+def _error_row(state_cls, transactional_id: str, error: ErrorCode):
+    return build(state_cls, error_code=error, transactional_id=transactional_id, transaction_state="",
+                 transaction_timeout=ZERO_MS, transaction_start_time=epoch_ms(0), producer_id=0, producer_epoch=0,
+                 topics=())
+
+
+def _row(state_cls, topic_cls, transactions, transactional_id: str):
+    if not transactional_id:
+        return _error_row(state_cls, transactional_id, ErrorCode.invalid_request)
+    try:
+        meta = transactions.describe(transactional_id)
+    except TransactionalIdNotFoundError:
+        return _error_row(state_cls, transactional_id, ErrorCode.transactional_id_not_found)
+    topics = tuple(build(topic_cls, topic=topic, partitions=tuple(p for _, p in group))
+                   for topic, group in groupby(sorted(meta.partitions), key=lambda tp: tp[0]))
+    return build(state_cls, error_code=ErrorCode.none, transactional_id=transactional_id,
+                 transaction_state=meta.state.kafka_name,
+                 transaction_timeout=i32Timedelta.parse(timedelta(milliseconds=meta.timeout_ms)),
+                 transaction_start_time=epoch_ms(meta.start_ms), producer_id=meta.producer_id,
+                 producer_epoch=meta.producer_epoch, topics=topics)
+
+
+@api(KEY, 0, 0)
+async def handle(request, body):
+    """Describe each transactional id asked."""
+    broker = request.broker
+    version = request.version
+    state_cls = response_type(KEY, version, "TransactionState")
+    topic_cls = response_type(KEY, version, "TopicData")
+
+    def describe_all() -> tuple:
+        return tuple(_row(state_cls, topic_cls, broker.transactions, t) for t in body.transactional_ids)
+
+    rows = await broker.coordinate(describe_all)
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, transaction_states=rows)
