@@ -57,6 +57,8 @@ bench: build
 	$(BIN)/python bench/transactions_report.py .benchmarks/transactions.json
 	$(BENCH) bench/test_broker.py --benchmark-json=.benchmarks/broker.json
 	$(BIN)/python bench/broker_report.py .benchmarks/broker.json
+	$(BENCH) bench/test_broker_transactions.py --benchmark-json=.benchmarks/broker_transactions.json
+	$(BIN)/python bench/txn_broker_report.py .benchmarks/broker_transactions.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

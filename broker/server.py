@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from logstore.broker.api import REGISTRY, Request, load_all
 from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
 from logstore.broker.config import BrokerConfig
-from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
+from logstore.broker.coordinator.transaction import INTERNAL_TOPICS, TransactionCoordinator, TxnConfig
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.broker.protocol import (
     ErrorCode,
@@ -39,7 +39,7 @@ from logstore.broker.protocol import (
     read_header_only,
 )
 from logstore.checkpoints import write_atomically
-from logstore.errors import UnknownTopicOrPartitionError
+from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from logstore.manager import LogManager
 from logstore.native.wire import WireError, decode_produce
 
@@ -113,6 +113,9 @@ class Broker:
         """Delete a topic and its directories."""
         if name not in self.store.topics():
             raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        if name in INTERNAL_TOPICS:
+            # The coordinators' state lives there: deleting it would forget every transaction.
+            raise InvalidRequestError(f"{name} is an internal topic; it cannot be deleted")
         self.store.delete_topic(name)
 
     def appended_event(self) -> asyncio.Event:

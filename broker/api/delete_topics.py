@@ -1,5 +1,6 @@
 """DeleteTopics (20), v1-4: delete by name; an unknown topic is UNKNOWN_TOPIC_OR_PARTITION,
-and every topic is refused with TOPIC_DELETION_DISABLED when `delete.topic.enable` is off."""
+and every topic is refused with TOPIC_DELETION_DISABLED when `delete.topic.enable` is off.
+The coordinators' internal topics are refused with INVALID_REQUEST: their state lives there."""
 from __future__ import annotations
 
 from logstore.broker.api import api, build, response_type

@@ -26,7 +26,7 @@ import struct
 from datetime import UTC, datetime
 
 from logstore.broker.api import api, build, response_type
-from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TXN_STATE_TOPIC
+from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import LogStoreError
 
@@ -38,7 +38,6 @@ MAGIC_OFFSET = 16
 BATCH_HEADER = struct.Struct(">8xi9xh20xqh")
 LENGTH_END = 12
 TRANSACTIONAL = 0x10
-INTERNAL_TOPICS = frozenset({TXN_STATE_TOPIC, OFFSETS_TOPIC})
 
 
 def _partition(version, index, error, base_offset=-1, append_time=-1, log_start=-1, message=None):

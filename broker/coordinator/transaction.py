@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 
 TXN_STATE_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({TXN_STATE_TOPIC, OFFSETS_TOPIC})
 # One coordinator ever leads these partitions, so markers never meet a newer coordinator epoch.
 COORDINATOR_EPOCH = 0
 # Kafka moves to a new producer id once the epoch reaches Short.MAX_VALUE - 1.
@@ -128,13 +129,16 @@ class TransactionCoordinator:
         self._on_markers = on_markers or (lambda: None)
         self._lock = threading.Lock()
         self._topic_lock = threading.Lock()
+        # Internal topics known to exist (the broker refuses to delete them), so a write need not list the topics.
+        self._created: set[str] = set()
         self._txns: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, str] = {}
 
     # -- internal topics -----------------------------------------------------------------
 
     def _ensure_topic(self, name: str, partitions: int, segment_bytes: int) -> None:
-        if name in self.store.topics():
+        if name in self._created or name in self.store.topics():
+            self._created.add(name)
             return
         with self._topic_lock:
             try:
@@ -144,6 +148,7 @@ class TransactionCoordinator:
                 log.info("created %s with %d partitions", name, partitions)
             except TopicExistsError:
                 pass
+            self._created.add(name)
 
     def ensure_state_topic(self) -> None:
         """Create `__transaction_state` if it is missing (Kafka does so at the first lookup)."""
@@ -197,8 +202,13 @@ class TransactionCoordinator:
         batch = partition.format.encode_batch([encode_key(transactional_id)], [value_bytes])
         partition.append(bytearray(batch), client=False, durable=durable and self.config.fsync)
 
-    def _persist(self, meta: TxnMetadata, transit: TxnMetadata, durable: bool = True) -> None:
-        """Write `transit` (its state already `meta.pending`), then make it current; on failure nothing changes."""
+    def _persist(self, meta: TxnMetadata, transit: TxnMetadata, durable: bool = True,
+                 then: TxnState | None = None) -> None:
+        """Write `transit` (its state already `meta.pending`), then make it current; on failure nothing changes.
+
+        `then` becomes the pending state in the same step, so the caller keeps
+        the id for its next write (no other thread can claim it in between).
+        """
         try:
             self._write(meta.transactional_id, transit.log_value(), durable)
         except LogStoreError as exc:
@@ -212,6 +222,7 @@ class TransactionCoordinator:
             self._by_producer[transit.producer_id] = meta.transactional_id
             for f in dataclasses.fields(TxnMetadata):
                 setattr(meta, f.name, getattr(transit, f.name))
+            meta.pending = then
 
     # -- the client APIs -----------------------------------------------------------------
 
@@ -336,9 +347,9 @@ class TransactionCoordinator:
             else:
                 raise InvalidTxnStateError(f"transactional id {transactional_id!r} cannot "
                                            f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
-        self._persist(meta, transit)
+        self._persist(meta, transit, then=_completed(wanted))
         crash_point("txn-prepared")
-        self._complete(meta)
+        self._complete(meta, claimed=True)
 
     def _member(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
         """The id's metadata if this producer holds it now (called under the lock)."""
@@ -381,20 +392,23 @@ class TransactionCoordinator:
         transit = fence.transit(state=TxnState.PREPARE_ABORT, last_update_ms=self._clock())
         with self._lock:
             meta.pending = TxnState.PREPARE_ABORT
-        self._persist(meta, transit)
-        self._complete(meta)
+        self._persist(meta, transit, then=TxnState.COMPLETE_ABORT)
+        crash_point("txn-prepared")
+        self._complete(meta, claimed=True)
 
-    def _complete(self, meta: TxnMetadata) -> bool:
+    def _complete(self, meta: TxnMetadata, claimed: bool = False) -> bool:
         """Write the markers of a prepared transaction, then its Complete state; False if not done now.
 
-        A failure leaves the Prepare state for `complete_prepared` to retry:
-        the decision is on disk already, so the caller has nothing to undo.
+        `claimed`: the caller already holds the id (its pending state is the
+        Complete one). A failure leaves the Prepare state for
+        `complete_prepared` to retry: the decision is on disk already, so the
+        caller has nothing to undo.
         """
         with self._lock:
-            if meta.pending is not None or meta.state not in _PREPARED:
+            if meta.state not in _PREPARED or meta.pending is not (_completed(meta.state) if claimed else None):
                 return False
             commit = meta.state == TxnState.PREPARE_COMMIT
-            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+            done = _completed(meta.state)
             meta.pending = done
             current = dataclasses.replace(meta)
         try:
@@ -497,6 +511,10 @@ class TransactionCoordinator:
         """Copies of every id's metadata, sorted by id."""
         with self._lock:
             return [dataclasses.replace(self._txns[t]) for t in sorted(self._txns)]
+
+
+def _completed(prepared: TxnState) -> TxnState:
+    return TxnState.COMPLETE_COMMIT if prepared == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
 
 
 def _check_id(transactional_id: str | None) -> None:

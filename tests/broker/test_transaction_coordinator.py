@@ -290,6 +290,19 @@ def test_end_from_an_old_epoch_is_producer_fenced(env):
         coordinator.end_transaction(TXN, pid, epoch - 1, True)
 
 
+def test_a_decision_being_carried_out_is_not_claimed_by_the_completion_sweep(env):
+    coordinator, store, _ = env
+    pid, epoch = open_transaction(coordinator)
+    meta = coordinator._txns[TXN]
+    # end_transaction's first step: the decision persisted, the id kept for its markers.
+    meta.pending = TxnState.PREPARE_COMMIT
+    coordinator._persist(meta, meta.transit(state=TxnState.PREPARE_COMMIT), then=TxnState.COMPLETE_COMMIT)
+    assert coordinator.complete_prepared() == []
+    assert coordinator._complete(meta, claimed=True)
+    assert markers(store) == [("COMMIT", pid, epoch)]
+    assert coordinator.describe(TXN).state == TxnState.COMPLETE_COMMIT
+
+
 # -- the produce check (KIP-890 part 1) -----------------------------------------------------------
 
 def test_a_write_to_a_partition_not_in_the_transaction_is_refused(env):

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -56,6 +56,8 @@ class BrokerProcess:
     overrides: tuple[str, ...] = ()
     proc: subprocess.Popen | None = None
     starts: int = 0
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment of the next start (e.g. LOGSTORE_CRASH_AT, the coordinator's crash switch)."""
 
     def __iter__(self):
         """`host, port, data_dir = broker`."""
@@ -84,7 +86,7 @@ class BrokerProcess:
         for item in self.overrides:
             cmd += ["--override", item]
         with open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err)
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **self.env})
         try:
             line = _read_line(self.proc, START_TIMEOUT)
         except TimeoutError as exc:
@@ -123,6 +125,16 @@ class BrokerProcess:
         self.proc.send_signal(signal.SIGKILL)
         assert self.proc.wait(STOP_TIMEOUT) == -signal.SIGKILL
         self.proc.stdout.close()
+
+    def wait_killed(self, timeout: float) -> None:
+        """Wait up to `timeout` s for the broker to die of SIGKILL (its crash switch), as it must."""
+        assert self.proc is not None
+        try:
+            status = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the broker is still running {timeout} s later:\n{self.log_text()[-4000:]}")
+        self.proc.stdout.close()
+        assert status == -signal.SIGKILL, f"the broker exited with {status}:\n{self.log_text()[-4000:]}"
 
     def memory_kib(self, field: str = "VmPeak") -> int:
         """A `/proc/<pid>/status` memory figure of the running broker, in KiB."""

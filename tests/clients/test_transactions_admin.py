@@ -267,6 +267,15 @@ def test_describe_producers_of_an_unknown_partition_is_an_error(scene, admin, br
 
 # -- the CLI ------------------------------------------------------------------------------------------------
 
+def test_the_coordinators_internal_topics_cannot_be_deleted(scene, broker):
+    admin = ConfluentAdmin({"bootstrap.servers": broker.bootstrap})
+    for name, future in admin.delete_topics(["__transaction_state"], operation_timeout=10).items():
+        with pytest.raises(Exception) as caught:
+            future.result()
+        assert caught.value.args[0].name() == "INVALID_REQUEST", name
+    assert (broker.data_dir / "__transaction_state-0").is_dir()
+
+
 def test_cli_list_prints_kafkas_table_and_json(scene, admin, broker):
     pids = producer_ids(admin)
     (broker_id,) = admin.list_transactions()
