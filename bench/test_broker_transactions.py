@@ -63,11 +63,8 @@ Speed is reported, not asserted; correctness is asserted.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from confluent_kafka import IsolationLevel, Producer, TopicPartition
@@ -95,37 +92,9 @@ SMALL_CASES = {1: 500, 16: 60}
 
 
 # ---------------------------------------------------------------------------
-# The broker
-
-
-@pytest.fixture(scope="module")
-def broker():
-    """A `logstore broker` with default settings on a free loopback port; stopped cleanly at the end."""
-    root = tempfile.mkdtemp(prefix="logstore-bench-txn-broker-")
-    data_dir = Path(root) / "broker"
-    data_dir.mkdir()
-    process = base.BrokerProcess("127.0.0.1", base.free_port(), data_dir).start()
-    try:
-        yield process
-        if process.running:
-            process.stop()
-        assert "Traceback" not in process.log_text(), f"the broker logged a traceback:\n{process.log_text()}"
-    finally:
-        if process.running:
-            process.kill()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def admin(broker):
-    """An AdminClient of the module's broker."""
-    return AdminClient({"bootstrap.servers": broker.bootstrap})
-
-
-@pytest.fixture(scope="module")
-def values():
-    """bench/test_broker.py's message values (a power of two of them, cycled with a mask)."""
-    return base.message_values()
+# The broker, its admin client and the message values are bench/test_broker.py's, so both suites
+# measure the same thing.
+broker, admin, values = base.broker, base.admin, base.values
 
 
 def check_offsets(admin: AdminClient, topic: str, expected: list[int]) -> None:

@@ -18,9 +18,10 @@ from typing import Any, Awaitable, Callable
 from kio.index import load_response_schema
 
 from logstore.broker.protocol import ErrorCode
+from logstore.errors import LogStoreError
 
 __all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error_code", "load_all",
-           "coordinator_error"]
+           "coordinator_call", "coordinator_error"]
 
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
                    "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
@@ -97,6 +98,15 @@ def build(cls, **values):
 def error_code(code: int) -> ErrorCode:
     """kio's ErrorCode for a Kafka error number."""
     return ErrorCode(code)
+
+
+async def coordinator_call(request: Request, call, *args, fenced_from: int) -> ErrorCode:
+    """Run a coordinator call in the broker's coordinator pool: NONE, or the code of its error."""
+    try:
+        await request.broker.coordinate(call, *args)
+    except LogStoreError as exc:
+        return coordinator_error(exc, request.version, fenced_from)
+    return ErrorCode.none
 
 
 def coordinator_error(exc: Exception, version: int, fenced_from: int) -> ErrorCode:

@@ -6,9 +6,8 @@ with it. PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2.
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, coordinator_error, response_type
-from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
+from logstore.broker.api import api, build, coordinator_call, response_type
+from logstore.broker.protocol import ZERO_MS
 
 KEY = 25
 
@@ -16,11 +15,6 @@ KEY = 25
 @api(KEY, 0, 3)
 async def handle(request, body):
     """Add the group's offsets partition to the producer's transaction."""
-    broker = request.broker
-    error = ErrorCode.none
-    try:
-        await broker.coordinate(broker.transactions.add_offsets, body.transactional_id, body.producer_id,
-                                body.producer_epoch, body.group_id)
-    except LogStoreError as exc:
-        error = coordinator_error(exc, request.version, 2)
+    error = await coordinator_call(request, request.broker.transactions.add_offsets, body.transactional_id,
+                                   body.producer_id, body.producer_epoch, body.group_id, fenced_from=2)
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error)

@@ -10,9 +10,8 @@ transaction) is not advertised.
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, coordinator_error, response_type
-from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
+from logstore.broker.api import api, build, coordinator_call, response_type
+from logstore.broker.protocol import ZERO_MS
 
 KEY = 26
 
@@ -20,11 +19,6 @@ KEY = 26
 @api(KEY, 0, 3)
 async def handle(request, body):
     """End the transaction the way the producer asked."""
-    broker = request.broker
-    error = ErrorCode.none
-    try:
-        await broker.coordinate(broker.transactions.end_transaction, body.transactional_id, body.producer_id,
-                                body.producer_epoch, body.committed)
-    except LogStoreError as exc:
-        error = coordinator_error(exc, request.version, 2)
+    error = await coordinator_call(request, request.broker.transactions.end_transaction, body.transactional_id,
+                                   body.producer_id, body.producer_epoch, body.committed, fenced_from=2)
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error)
