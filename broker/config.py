@@ -36,6 +36,13 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "transaction.remove.expired.transaction.cleanup.interval.ms": (3_600_000, int),
     "offsets.topic.num.partitions": (50, int),
     "offsets.topic.segment.bytes": (104_857_600, int),
+    "offsets.retention.minutes": (10_080, int),
+    "offsets.retention.check.interval.ms": (600_000, int),
+    "offset.metadata.max.bytes": (4_096, int),
+    "group.min.session.timeout.ms": (6_000, int),
+    "group.max.session.timeout.ms": (1_800_000, int),
+    "group.initial.rebalance.delay.ms": (3_000, int),
+    "group.max.size": (2_147_483_647, int),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
     # false gives Kafka's page-cache behaviour.

@@ -19,12 +19,14 @@ import logging
 import os
 import signal
 import struct
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from logstore.broker.api import REGISTRY, Request, load_all
 from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
 from logstore.broker.config import BrokerConfig
+from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS, TransactionCoordinator, TxnConfig
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.broker.protocol import (
@@ -89,9 +91,18 @@ class Broker:
         loaded = self.transactions.load()
         if loaded:
             log.info("transaction coordinator loaded %d transactional ids", loaded)
+        self.groups = GroupCoordinator(self.store, self.transactions, GroupConfig.from_settings(config.settings),
+                                       on_timer=self._group_deadline_set)
+        self.transactions.on_offsets_marker = self.groups.complete_txn_offsets
+        started = time.monotonic()
+        loaded = self.groups.load()
+        if loaded:
+            log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
+        self._group_wake = asyncio.Event()
         self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._upkeep: asyncio.Task | None = None
+        self._group_upkeep: asyncio.Task | None = None
         self.closing = False
         self._appended = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -132,6 +143,34 @@ class Broker:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.notify_appended)
 
+    def _group_deadline_set(self) -> None:
+        # Called from any thread, under the group coordinator's lock: the upkeep task must look again.
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._group_wake.set)
+
+    async def _run_group_deadlines(self) -> None:
+        """Act on group deadlines (sessions, join phases) as they come, and expire old offsets every
+        `offsets.retention.check.interval.ms`."""
+        loop = asyncio.get_running_loop()
+        check_every = self.config["offsets.retention.check.interval.ms"] / 1000
+        next_check = loop.time() + check_every
+        groups = self.groups
+        while not self.closing:
+            self._group_wake.clear()
+            wake_at = await self.coordinate(groups.poll)
+            if loop.time() >= next_check:
+                expired = await self.coordinate(groups.expire_offsets)
+                if expired:
+                    log.info("expired %d committed offsets (offsets.retention.minutes)", expired)
+                next_check = loop.time() + check_every
+            timeout = next_check - loop.time()
+            if wake_at is not None:
+                timeout = min(timeout, max(wake_at / 1000 - time.time(), 0))
+            try:
+                await asyncio.wait_for(self._group_wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
     async def coordinate(self, call, *args):
         """Run a (blocking) coordinator call in the coordinator pool."""
         return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, call, *args)
@@ -168,6 +207,7 @@ class Broker:
         self._reaper = asyncio.create_task(self._close_idle_connections())
         self._loop = asyncio.get_running_loop()
         self._upkeep = asyncio.create_task(self._transaction_upkeep())
+        self._group_upkeep = asyncio.create_task(self._run_group_deadlines())
         log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
         return host, port
 
@@ -214,6 +254,7 @@ class Broker:
     async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer, activity) -> None:
         limit = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
         while not self.closing:
             (size,) = _SIZE.unpack(await reader.readexactly(4))
             activity[0] = loop.time()
@@ -239,7 +280,7 @@ class Broker:
             else:
                 header, body = decode_request(frame)
                 client_id = header.client_id
-            request = Request(self, api_key, version, correlation_id, client_id)
+            request = Request(self, api_key, version, correlation_id, client_id, client_host)
             task = asyncio.create_task(self._handle(api, request, body))
             if api_key == PRODUCE and body.acks == 0:
                 continue  # no reply is read for acks=0
@@ -304,7 +345,7 @@ class Broker:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
         self.notify_appended()
-        for job in (self._reaper, self._upkeep):
+        for job in (self._reaper, self._upkeep, self._group_upkeep):
             if job is not None:
                 job.cancel()
         if self._server is not None:

@@ -257,3 +257,101 @@ class CorruptSnapshotError(StorageError):
     """A `.snapshot` file with a bad version, CRC or length."""
 
     error_name = "CORRUPT_MESSAGE"
+
+
+class GroupError(LogStoreError):
+    """A group coordinator's answer that is not an error in the coordinator: the member or request is at fault."""
+
+
+class CoordinatorLoadInProgressError(GroupError):
+    """The coordinator is still reading its partitions of `__consumer_offsets`: retry shortly."""
+
+    error_name = "COORDINATOR_LOAD_IN_PROGRESS"
+
+
+class InvalidGroupIdError(GroupError):
+    """An empty group id."""
+
+    error_name = "INVALID_GROUP_ID"
+
+
+class InvalidSessionTimeoutError(GroupError):
+    """A session timeout outside group.min.session.timeout.ms..group.max.session.timeout.ms."""
+
+    error_name = "INVALID_SESSION_TIMEOUT"
+
+
+class InconsistentGroupProtocolError(GroupError):
+    """A member's protocol type or protocols have nothing in common with the group's."""
+
+    error_name = "INCONSISTENT_GROUP_PROTOCOL"
+
+
+class UnknownMemberIdError(GroupError):
+    """A member id the group does not have (it expired, left, or never joined)."""
+
+    error_name = "UNKNOWN_MEMBER_ID"
+
+
+class MemberIdRequiredError(GroupError):
+    """A first JoinGroup (v4+): the member must rejoin with the id given here."""
+
+    error_name = "MEMBER_ID_REQUIRED"
+
+    def __init__(self, member_id: str):
+        super().__init__(f"rejoin with member id {member_id!r}")
+        self.member_id = member_id
+
+
+class FencedInstanceIdError(GroupError):
+    """A static member (group.instance.id) replaced by a newer instance."""
+
+    error_name = "FENCED_INSTANCE_ID"
+
+
+class IllegalGenerationError(GroupError):
+    """A generation id that is not the group's current one."""
+
+    error_name = "ILLEGAL_GENERATION"
+
+
+class RebalanceInProgressError(GroupError):
+    """The group is rebalancing: the member must rejoin."""
+
+    error_name = "REBALANCE_IN_PROGRESS"
+
+
+class GroupIdNotFoundError(GroupError):
+    """A group the coordinator does not have."""
+
+    error_name = "GROUP_ID_NOT_FOUND"
+
+
+class NonEmptyGroupError(GroupError):
+    """The group still has members (it cannot be deleted)."""
+
+    error_name = "NON_EMPTY_GROUP"
+
+
+class GroupSubscribedToTopicError(GroupError):
+    """The group's members consume this topic (its offsets cannot be deleted)."""
+
+    error_name = "GROUP_SUBSCRIBED_TO_TOPIC"
+
+
+class OffsetMetadataTooLargeError(GroupError):
+    """Offset metadata longer than offset.metadata.max.bytes."""
+
+    error_name = "OFFSET_METADATA_TOO_LARGE"
+
+
+class UnstableOffsetCommitError(GroupError):
+    """A transactional offset commit for the partition is not yet committed or aborted."""
+
+    error_name = "UNSTABLE_OFFSET_COMMIT"
+
+
+class GroupMaxSizeReachedError(GroupError):
+    """The group already has group.max.size members."""
+
+    error_name = "GROUP_MAX_SIZE_REACHED"

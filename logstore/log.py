@@ -437,6 +437,26 @@ class Log:
             upper = min(upper, self.last_stable_offset)
             keep = CommittedFilter(collect_aborted(self._segments, self._bases, offset, upper)).keep
         fmt = self.format
+        for entry, buf in self._iter_entries(offset, upper, chunk_bytes):
+            if keep is not None:
+                if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
+                    continue
+            elif getattr(entry, "is_control", False) and not include_control:
+                continue
+            for record in fmt.decode_entry(buf, entry):
+                if offset <= record.offset < upper:
+                    yield record
+
+    def iter_batches(self, offset: int | None = None, *, chunk_bytes: int = 1 << 20) -> Iterator:
+        """Every batch from the one holding `offset` (default: the log start) to the log end, as
+        (header, records): what a coordinator replays, producer ids and control batches included."""
+        offset = self._log_start_offset if offset is None else offset
+        for entry, buf in self._iter_entries(offset, self._next_offset, chunk_bytes):
+            yield entry, self.format.decode_entry(buf, entry)
+
+    def _iter_entries(self, offset: int, upper: int, chunk_bytes: int) -> Iterator:
+        """(entry, the buffer it lies in) for the entries holding offsets from `offset` below `upper`."""
+        fmt = self.format
         while offset < upper:
             # Bytes up to the log end: `upper` may fall inside a batch, whose head still counts.
             data = self.read(offset, chunk_bytes)
@@ -446,14 +466,7 @@ class Log:
             next_offset = offset
             for entry in fmt.iter_entries(buf):
                 next_offset = entry.last_offset + 1
-                if keep is not None:
-                    if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
-                        continue
-                elif getattr(entry, "is_control", False) and not include_control:
-                    continue
-                for record in fmt.decode_entry(buf, entry):
-                    if offset <= record.offset < upper:
-                        yield record
+                yield entry, buf
             if next_offset <= offset:
                 raise StorageError(f"{self.directory}: no whole batch at offset {offset}")
             offset = next_offset

@@ -223,13 +223,19 @@ class LogManager:
             self._given_overrides.pop(name, None)
             topic_id = topic_id or uuid.uuid4().bytes
             self._topic_ids[name] = topic_id
-            for partition in range(partitions):
-                log_dir = self._least_loaded_dir()
-                path = os.path.join(log_dir, f"{name}-{partition}")
-                os.makedirs(path)
-                write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
-                self._logs[(name, partition)] = self._open_log(path, topic_config, clean_shutdown=True)
+            self._add_partitions(name, range(partitions), topic_id, topic_config)
             return TopicInfo(name, topic_id, partitions, topic_config)
+
+    def _add_partitions(self, name: str, partitions: range, topic_id: bytes, config: LogConfig) -> None:
+        # Published together: `topics()` reads without the lock, and a partial partition count
+        # would send keys hashed over it (group and transactional ids) to the wrong partition.
+        opened = {}
+        for partition in partitions:
+            path = os.path.join(self._least_loaded_dir(opened), f"{name}-{partition}")
+            os.makedirs(path)
+            write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
+            opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
+        self._logs.update(opened)
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow a topic to `total` partitions."""
@@ -237,15 +243,11 @@ class LogManager:
             current = self.partitions(name)
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} is not more")
-            for partition in range(current, total):
-                path = os.path.join(self._least_loaded_dir(), f"{name}-{partition}")
-                os.makedirs(path)
-                write_partition_metadata(os.path.join(path, PARTITION_METADATA), self._topic_ids[name])
-                self._logs[(name, partition)] = self._open_log(path, self.config_for(name), clean_shutdown=True)
+            self._add_partitions(name, range(current, total), self._topic_ids[name], self.config_for(name))
 
-    def _least_loaded_dir(self) -> str:
+    def _least_loaded_dir(self, opening: Mapping[Any, Log] | None = None) -> str:
         counts = {d: 0 for d in self.log_dirs}
-        for opened in self._logs.values():
+        for opened in [*self._logs.values(), *(opening or {}).values()]:
             parent = os.path.dirname(opened.directory)
             if parent in counts:
                 counts[parent] += 1

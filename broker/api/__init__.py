@@ -26,7 +26,9 @@ __all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
                    "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
                    "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn",
-                   "describe_producers", "describe_transactions", "list_transactions")
+                   "describe_producers", "describe_transactions", "list_transactions", "join_group", "sync_group",
+                   "heartbeat", "leave_group", "offset_commit", "offset_fetch", "txn_offset_commit",
+                   "describe_groups", "list_groups", "delete_groups", "offset_delete")
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class Request:
     version: int
     correlation_id: int
     client_id: str | None
+    client_host: str = ""     # as Kafka shows it: "/" and the peer's address
 
 
 @cache

@@ -1,11 +1,10 @@
-"""FindCoordinator (10), v0-4: this broker for transactional ids; groups wait for their coordinator.
+"""FindCoordinator (10), v0-4: this broker coordinates every group and transactional id.
 
-Key type 1 (a transactional id) is answered with this node, once
-`__transaction_state` exists (it is created at the first lookup, as Kafka
-does); an empty transactional id is INVALID_REQUEST. Key type 0 (a group)
-is COORDINATOR_NOT_AVAILABLE, which clients retry, until the group
-coordinator is built. v4+ (KIP-699) asks for several keys and gets a row
-each.
+Key type 0 (a group) is answered with this node once `__consumer_offsets`
+exists, and key type 1 (a transactional id) once `__transaction_state`
+does: each is created at its first lookup, as Kafka does. An empty
+transactional id is INVALID_REQUEST. v4+ (KIP-699) asks for several keys
+and gets a row each.
 
 Advertised from the start because librdkafka derives its LZ4 feature from
 FindCoordinator being listed (rdkafka_feature.c: LZ4 arrived with
@@ -20,7 +19,6 @@ from logstore.errors import LogStoreError
 
 KEY = 10
 GROUP, TRANSACTION = 0, 1
-NO_GROUPS = "this broker runs no group coordinator yet"
 
 
 async def _find(broker, key_type: int, key: str) -> dict:
@@ -28,16 +26,18 @@ async def _find(broker, key_type: int, key: str) -> dict:
     if key_type == TRANSACTION:
         if not key:
             return dict(none, error_code=ErrorCode.invalid_request, error_message="empty transactional id")
-        try:
-            await broker.coordinate(broker.transactions.ensure_state_topic)
-        except LogStoreError as exc:
-            return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=str(exc))
-        advertised = broker.config.advertised
-        return dict(node_id=broker.node_id, host=advertised.host, port=advertised.port,
-                    error_code=ErrorCode.none, error_message=None)
-    if key_type == GROUP:
-        return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=NO_GROUPS)
-    return dict(none, error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}")
+        ensure = broker.transactions.ensure_state_topic
+    elif key_type == GROUP:
+        ensure = broker.groups.ensure_offsets_topic
+    else:
+        return dict(none, error_code=ErrorCode.invalid_request, error_message=f"unknown key type {key_type}")
+    try:
+        await broker.coordinate(ensure)
+    except LogStoreError as exc:
+        return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=str(exc))
+    advertised = broker.config.advertised
+    return dict(node_id=broker.node_id, host=advertised.host, port=advertised.port,
+                error_code=ErrorCode.none, error_message=None)
 
 
 @api(KEY, 0, 4)

@@ -127,6 +127,9 @@ class TransactionCoordinator:
         self._allocate = allocate_producer_id
         self._clock = clock
         self._on_markers = on_markers or (lambda: None)
+        # Called with (partition, producer id, commit) once a marker is durable in `__consumer_offsets`:
+        # the group coordinator applies or drops that producer's transactional offsets.
+        self.on_offsets_marker: Callable[[int, int, bool], None] = lambda partition, producer_id, commit: None
         self._lock = threading.Lock()
         self._topic_lock = threading.Lock()
         # Internal topics known to exist (the broker refuses to delete them), so a write need not list the topics.
@@ -137,26 +140,32 @@ class TransactionCoordinator:
     # -- internal topics -----------------------------------------------------------------
 
     def _ensure_topic(self, name: str, partitions: int, segment_bytes: int) -> None:
-        if name in self._created or name in self.store.topics():
-            self._created.add(name)
+        if name in self._created:
             return
+        # Checked under the lock: a topic being created shows a partial partition count meanwhile,
+        # and an id hashed over that count would land in the wrong partition.
         with self._topic_lock:
-            try:
-                # Records are written uncompressed (Kafka enforces it for __transaction_state).
-                self.store.create_topic(name, partitions, {"cleanup.policy": "compact",
-                                                           "segment.bytes": segment_bytes})
-                log.info("created %s with %d partitions", name, partitions)
-            except TopicExistsError:
-                pass
+            if name not in self.store.topics():
+                try:
+                    # Records are written uncompressed (Kafka enforces it for __transaction_state).
+                    self.store.create_topic(name, partitions, {"cleanup.policy": "compact",
+                                                               "segment.bytes": segment_bytes})
+                    log.info("created %s with %d partitions", name, partitions)
+                except TopicExistsError:
+                    pass
             self._created.add(name)
 
     def ensure_state_topic(self) -> None:
         """Create `__transaction_state` if it is missing (Kafka does so at the first lookup)."""
         self._ensure_topic(TXN_STATE_TOPIC, self.config.state_partitions, self.config.state_segment_bytes)
 
+    def ensure_offsets_topic(self) -> None:
+        """Create `__consumer_offsets` if it is missing (Kafka does so at the first group lookup)."""
+        self._ensure_topic(OFFSETS_TOPIC, self.config.offsets_partitions, self.config.offsets_segment_bytes)
+
     def offsets_partition(self, group_id: str) -> tuple[str, int]:
         """The `__consumer_offsets` partition of a group (the topic is created if missing)."""
-        self._ensure_topic(OFFSETS_TOPIC, self.config.offsets_partitions, self.config.offsets_segment_bytes)
+        self.ensure_offsets_topic()
         return OFFSETS_TOPIC, partition_for(group_id, self.store.partitions(OFFSETS_TOPIC))
 
     def state_partition(self, transactional_id: str) -> int:
@@ -441,6 +450,9 @@ class TransactionCoordinator:
                     waits.append(target.durable(result.last_offset + 1))
             for wait in waits:
                 wait.result()
+            for topic, partition in sorted(meta.partitions):
+                if topic == OFFSETS_TOPIC:
+                    self.on_offsets_marker(partition, meta.producer_id, commit)
         finally:
             if waits or meta.partitions:
                 self._on_markers()

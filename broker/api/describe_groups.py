@@ -1,0 +1,33 @@
+"""DescribeGroups (15), v0-5: state, protocol and members of groups.
+
+As in Kafka, members' metadata and assignments are filled in only for a
+Stable group, and a group the coordinator does not know is described as
+Dead with no members and no error. Authorized operations are "not
+requested" (this broker has no ACLs).
+"""
+from __future__ import annotations
+
+from logstore.broker.api import api, build, response_type
+from logstore.broker.protocol import ZERO_MS, ErrorCode
+
+KEY = 15
+UNKNOWN_OPERATIONS = -2147483648
+
+
+@api(KEY, 0, 5)
+async def handle(request, body):
+    """Describe each group asked."""
+    version = request.version
+    groups = request.broker.groups
+    group_cls = response_type(KEY, version, "DescribedGroup")
+    member_cls = response_type(KEY, version, "DescribedGroupMember")
+    described = []
+    for group_id in body.groups:
+        d = await request.broker.coordinate(groups.describe, group_id)
+        members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
+                              client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
+                              member_assignment=m.assignment) for m in d.members)
+        described.append(build(group_cls, error_code=ErrorCode.none, group_id=group_id, group_state=d.state,
+                               protocol_type=d.protocol_type, protocol_data=d.protocol_name, members=members,
+                               authorized_operations=UNKNOWN_OPERATIONS))
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, groups=tuple(described))

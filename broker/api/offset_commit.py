@@ -1,0 +1,42 @@
+"""OffsetCommit (8), v2-8: a group's consumed positions, durable in `__consumer_offsets` when answered.
+
+A partition of an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION and
+metadata over offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; a
+group-level refusal (unknown member, wrong generation, rebalancing) is
+repeated on every partition, as Kafka answers. A commit with generation -1
+to a group without members is accepted (consumers without group
+management, admin tools). v2-4's retention time sets the offset's own
+expiry, as Kafka did.
+"""
+from __future__ import annotations
+
+import time
+
+from logstore.broker.api import api, build, response_type
+from logstore.broker.api.group_calls import code_of, known_partitions, millis, partition_codes
+from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.errors import LogStoreError
+
+KEY = 8
+DEFAULT_RETENTION = -1
+
+
+@api(KEY, 2, 8)
+async def handle(request, body):
+    """Commit every partition asked that exists."""
+    groups = request.broker.groups
+    offsets, codes = known_partitions(request, body.topics, lambda p: (
+        p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+    retention = getattr(body, "retention_time", DEFAULT_RETENTION)
+    retention_ms = millis(retention) if retention is not None else DEFAULT_RETENTION
+    expire = int(time.time() * 1000) + retention_ms if retention_ms != DEFAULT_RETENTION else -1
+    if offsets:
+        try:
+            errors = await request.broker.coordinate(
+                groups.commit_offsets, body.group_id, body.member_id, getattr(body, "group_instance_id", None),
+                body.generation_id_or_member_epoch, offsets, expire)
+            codes.update({tp: code_of(error) for tp, error in errors.items()})
+        except LogStoreError as exc:
+            codes.update(dict.fromkeys(offsets, ErrorCode(exc.code)))
+    topics = partition_codes(KEY, request.version, "OffsetCommitResponse", body.topics, codes)
+    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, topics=topics)

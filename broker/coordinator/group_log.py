@@ -1,0 +1,247 @@
+"""`__consumer_offsets` records: Kafka's OffsetCommit and GroupMetadata keys and values (spec §9.2–9.3).
+
+The key's leading int16 is the record type: 0 and 1 are an OffsetCommitKey
+(group, topic, partition; one layout, Kafka writes 1), 2 a GroupMetadataKey
+(group). Types 3 and up are KIP-848 consumer-group and KIP-932 share-group
+records that a classic-group coordinator does not keep: `decode_key` returns
+None for them so that loading a partition Kafka wrote skips them instead of
+failing. A null value is a tombstone and never reaches these decoders.
+
+Written as a current Kafka broker writes them: key v1 and v2,
+OffsetCommitValue v3 (v1 when the commit carries an expire timestamp, the
+only version with that field), GroupMetadataValue v3. Every value version
+0..4 is read; v4 is flexible (compact lengths, a tagged-field section closing
+each struct, unknown tags skipped). Keys are never flexible.
+
+  OffsetCommitValue  offset int64, leaderEpoch int32 (v3+), metadata string,
+                     commitTimestamp int64, expireTimestamp int64 (v1 only)
+  GroupMetadataValue protocolType string, generation int32, protocol nullable
+                     string, leader nullable string, currentStateTimestamp
+                     int64 (v2+), members [memberId string, groupInstanceId
+                     nullable string (v3+), clientId string, clientHost
+                     string, rebalanceTimeout int32 (v1+), sessionTimeout
+                     int32, subscription bytes, assignment bytes]
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from logstore.broker.coordinator.records import Reader, Writer
+from logstore.errors import CorruptRecordError
+
+OFFSET_KEY_VERSION = 1
+GROUP_KEY_VERSION = 2
+OFFSET_VALUE_VERSION = 3
+OFFSET_VALUE_VERSION_WITH_EXPIRE = 1
+GROUP_VALUE_VERSION = 3
+_VALUE_VERSIONS = range(0, 5)
+_FIRST_FLEXIBLE = 4
+
+
+@dataclass(frozen=True)
+class OffsetKey:
+    """The key of a committed offset (key versions 0 and 1)."""
+
+    group: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class GroupKey:
+    """The key of a group's metadata (key version 2)."""
+
+    group: str
+
+
+@dataclass(frozen=True)
+class OffsetValue:
+    """One committed offset; timestamps are ms since the epoch, -1 for none."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+    commit_timestamp: int = -1
+    expire_timestamp: int = -1
+
+
+@dataclass(frozen=True)
+class MemberValue:
+    """A classic group member as persisted; timeouts in ms, blobs opaque (ConsumerProtocol for consumers)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    subscription: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True)
+class GroupValue:
+    """A classic group's persisted state; `current_state_timestamp` in ms, -1 when unknown."""
+
+    protocol_type: str
+    generation: int
+    protocol: str | None
+    leader: str | None
+    current_state_timestamp: int = -1
+    members: tuple[MemberValue, ...] = ()
+
+
+def decode_key(data) -> OffsetKey | GroupKey | None:
+    """The key, or None for a record type this coordinator does not keep (3+: KIP-848, share groups)."""
+    key = _fast_offset_key(data)
+    if key is not None:
+        return key
+    reader = Reader(data, "__consumer_offsets key")
+    version = reader.int(2)
+    if version < 0:
+        raise CorruptRecordError(f"__consumer_offsets key version {version} is negative")
+    if version > GROUP_KEY_VERSION:
+        return None
+    group = reader.string(False)
+    if version == GROUP_KEY_VERSION:
+        key = GroupKey(group)
+    else:
+        topic = reader.string(False)
+        key = OffsetKey(group, topic, reader.int(4))
+    reader.end()
+    return key
+
+
+def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
+    """OffsetCommitKey v1."""
+    return (Writer().int(2, OFFSET_KEY_VERSION).string(False, group).string(False, topic).int(4, partition)
+            .getvalue())
+
+
+def encode_group_key(group: str) -> bytes:
+    """GroupMetadataKey v2."""
+    return Writer().int(2, GROUP_KEY_VERSION).string(False, group).getvalue()
+
+
+def encode_offset_value(value: OffsetValue) -> bytes:
+    """OffsetCommitValue v3, or v1 when `expire_timestamp` >= 0 (Kafka's rule; v1 has no leader epoch)."""
+    if value.expire_timestamp >= 0:
+        w = Writer().int(2, OFFSET_VALUE_VERSION_WITH_EXPIRE).int(8, value.offset)
+        w.string(False, value.metadata).int(8, value.commit_timestamp).int(8, value.expire_timestamp)
+    else:
+        w = Writer().int(2, OFFSET_VALUE_VERSION).int(8, value.offset).int(4, value.leader_epoch)
+        w.string(False, value.metadata).int(8, value.commit_timestamp)
+    return w.getvalue()
+
+
+def decode_offset_value(data) -> OffsetValue:
+    """An OffsetCommitValue of version 0..4."""
+    value = _fast_offset_value(data)
+    if value is not None:
+        return value
+    reader = Reader(data, "OffsetCommitValue")
+    version = _value_version(reader)
+    flexible = version >= _FIRST_FLEXIBLE
+    offset = reader.int(8)
+    leader_epoch = reader.int(4) if version >= 3 else -1
+    metadata = reader.string(flexible)
+    commit_timestamp = reader.int(8)
+    expire_timestamp = reader.int(8) if version == 1 else -1
+    if flexible:
+        reader.tagged_fields()
+    reader.end()
+    return OffsetValue(offset, leader_epoch, metadata, commit_timestamp, expire_timestamp)
+
+
+def encode_group_value(value: GroupValue) -> bytes:
+    """GroupMetadataValue v3."""
+    w = Writer().int(2, GROUP_VALUE_VERSION).string(False, value.protocol_type).int(4, value.generation)
+    w.string(False, value.protocol).string(False, value.leader).int(8, value.current_state_timestamp)
+    w.array_header(False, len(value.members))
+    for m in value.members:
+        w.string(False, m.member_id).string(False, m.group_instance_id)
+        w.string(False, m.client_id).string(False, m.client_host)
+        w.int(4, m.rebalance_timeout_ms).int(4, m.session_timeout_ms)
+        w.bytes_(False, m.subscription).bytes_(False, m.assignment)
+    return w.getvalue()
+
+
+def decode_group_value(data) -> GroupValue:
+    """A GroupMetadataValue of version 0..4."""
+    reader = Reader(data, "GroupMetadataValue")
+    version = _value_version(reader)
+    flexible = version >= _FIRST_FLEXIBLE
+    protocol_type = reader.string(flexible)
+    generation = reader.int(4)
+    protocol = reader.string(flexible, nullable=True)
+    leader = reader.string(flexible, nullable=True)
+    current_state_timestamp = reader.int(8) if version >= 2 else -1
+
+    def member() -> MemberValue:
+        member_id = reader.string(flexible)
+        group_instance_id = reader.string(flexible, nullable=True) if version >= 3 else None
+        client_id = reader.string(flexible)
+        client_host = reader.string(flexible)
+        rebalance_timeout_ms = reader.int(4) if version >= 1 else None
+        session_timeout_ms = reader.int(4)
+        # The schema forbids null blobs; Kafka's own reader would refuse them, a lenient b"" loses nothing.
+        subscription = reader.bytes(flexible) or b""
+        assignment = reader.bytes(flexible) or b""
+        if flexible:
+            reader.tagged_fields()
+        if rebalance_timeout_ms is None:
+            # v0 predates the rebalance timeout; Kafka then rebalances within the session timeout.
+            rebalance_timeout_ms = session_timeout_ms
+        return MemberValue(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                           session_timeout_ms, subscription, assignment)
+
+    members = tuple(reader.array(flexible, member))
+    if flexible:
+        reader.tagged_fields()
+    reader.end()
+    return GroupValue(protocol_type, generation, protocol, leader, current_state_timestamp, members)
+
+
+def _value_version(reader: Reader) -> int:
+    version = reader.int(2)
+    if version not in _VALUE_VERSIONS:
+        raise CorruptRecordError(f"{reader.what} version {version} is not one of 0..4")
+    return version
+
+
+# Loading a coordinator decodes a record pair per committed offset; these read the versions Kafka
+# writes (key v0/v1, value v3) in a few struct calls, and leave anything else, well-formed or not,
+# to the bounded readers above.
+_KEY_HEAD = struct.Struct(">hh")
+_LEN = struct.Struct(">h")
+_PARTITION = struct.Struct(">i")
+_VALUE_V3_HEAD = struct.Struct(">hqih")
+_TIMESTAMP = struct.Struct(">q")
+
+
+def _fast_offset_key(data) -> OffsetKey | None:
+    try:
+        version, n = _KEY_HEAD.unpack_from(data, 0)
+        if version not in (0, 1) or n < 0:
+            return None
+        group = bytes(data[4:4 + n]).decode("utf-8")
+        pos = 4 + n
+        (m,) = _LEN.unpack_from(data, pos)
+        if m < 0 or len(data) != pos + 2 + m + 4:
+            return None
+        topic = bytes(data[pos + 2:pos + 2 + m]).decode("utf-8")
+        return OffsetKey(group, topic, _PARTITION.unpack_from(data, pos + 2 + m)[0])
+    except (struct.error, UnicodeDecodeError):
+        return None
+
+
+def _fast_offset_value(data) -> OffsetValue | None:
+    try:
+        version, offset, leader_epoch, n = _VALUE_V3_HEAD.unpack_from(data, 0)
+        if version != 3 or n < 0 or len(data) != 16 + n + 8:
+            return None
+        metadata = bytes(data[16:16 + n]).decode("utf-8")
+        return OffsetValue(offset, leader_epoch, metadata, _TIMESTAMP.unpack_from(data, 16 + n)[0])
+    except (struct.error, UnicodeDecodeError):
+        return None
