@@ -113,6 +113,71 @@ def _run_transactions(args: argparse.Namespace) -> int:
     return transactions_cli.run(args)
 
 
+def _add_groups(commands) -> None:
+    parser = commands.add_parser(
+        "groups",
+        help="list, describe and delete consumer groups, show lag, reset offsets (like kafka-consumer-groups.sh)",
+        description="Ask a running broker about consumer groups, with Kafka's admin APIs (ListGroups, "
+                    "DescribeGroups, OffsetFetch, ListOffsets, DeleteGroups, OffsetDelete, OffsetCommit), "
+                    "and print Kafka's tables.",
+        epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr), a group to "
+               "describe does not exist, or a reset was refused; 2 bad arguments, or no broker at "
+               "--bootstrap-server. The --json schema is documented in "
+               "`python -m pydoc logstore.broker.groups_cli`.")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="the broker to ask (comma-separated entries: the first that answers)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", dest="as_json", action="store_true",
+                        help="print one JSON document instead of a table")
+    actions = parser.add_subparsers(title="commands", dest="groups_command", metavar="COMMAND")
+    actions.required = True
+    listing = actions.add_parser("list", parents=[common], help="list groups, their protocol types and states")
+    listing.add_argument("--state", dest="states", action="append", metavar="STATE",
+                         help="only groups in this state (Kafka's names: PreparingRebalance, CompletingRebalance, "
+                              "Stable, Dead, Empty; comma-separated or repeated)")
+    describe = actions.add_parser(
+        "describe", parents=[common],
+        help="committed offsets, log end offsets, lag and owner of each partition (default), or the members, "
+             "or the state")
+    describe.add_argument("groups", nargs="+", metavar="GROUP")
+    shown = describe.add_mutually_exclusive_group()
+    shown.add_argument("--members", action="store_true",
+                       help="one row per member: ids, host, client id, assigned partitions")
+    shown.add_argument("--state", action="store_true",
+                       help="the coordinator, assignment strategy, state and number of members")
+    delete = actions.add_parser("delete", parents=[common], help="delete groups that have no members")
+    delete.add_argument("groups", nargs="+", metavar="GROUP")
+    delete_offsets = actions.add_parser(
+        "delete-offsets", parents=[common],
+        help="delete a group's offsets for topics its members do not subscribe to")
+    delete_offsets.add_argument("group", metavar="GROUP")
+    delete_offsets.add_argument("topics", nargs="+", metavar="TOPIC[:PARTITION,...]",
+                                help="a topic (all its partitions) or some of its partitions")
+    reset = actions.add_parser(
+        "reset-offsets", parents=[common],
+        help="set an inactive group's offsets to the earliest, the latest or a given offset (a dry run "
+             "unless --execute)")
+    reset.add_argument("group", metavar="GROUP")
+    reset.add_argument("--topic", dest="topics", action="append", metavar="TOPIC[:PARTITION,...]",
+                       help="a topic (all its partitions) or some of its partitions (repeatable)")
+    reset.add_argument("--all-topics", action="store_true",
+                       help="every partition the group has an offset for")
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-earliest", action="store_true", help="each partition's log start offset")
+    target.add_argument("--to-latest", action="store_true", help="each partition's log end offset")
+    target.add_argument("--to-offset", type=int, metavar="N",
+                        help="offset N, moved into [earliest, latest] if outside")
+    run_mode = reset.add_mutually_exclusive_group()
+    run_mode.add_argument("--execute", action="store_true", help="commit the new offsets")
+    run_mode.add_argument("--dry-run", action="store_true", help="only print them (the default)")
+    parser.set_defaults(run=_run_groups)
+
+
+def _run_groups(args: argparse.Namespace) -> int:
+    from logstore.broker import groups_cli
+    return groups_cli.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `logstore` command and all its subcommands."""
     parser = argparse.ArgumentParser(
@@ -123,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_dump(commands)
     _add_broker(commands)
     _add_transactions(commands)
+    _add_groups(commands)
     return parser
 
 

@@ -23,7 +23,7 @@ from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, OffsetK
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
 from logstore.errors import (CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
-                             GroupSubscribedToTopicError, IllegalGenerationError, InvalidGroupIdError, LogStoreError,
+                             GroupSubscribedToTopicError, IllegalGenerationError, LogStoreError,
                              NonEmptyGroupError, OffsetMetadataTooLargeError, RebalanceInProgressError, StorageError,
                              UnknownMemberIdError, UnstableOffsetCommitError)
 from logstore.formats.kafka import read_control_record
@@ -123,8 +123,7 @@ class GroupOffsets:
     def _offsets_group(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
                        transactional: bool) -> Group:
         """The group an offset commit goes to, after Kafka's checks (a simple group is made if needed)."""
-        if not group_id:
-            raise InvalidGroupIdError("the group id is empty")
+        # The empty group id is a group like any other here: Kafka keeps accepting it for commits.
         group = self._groups.get(group_id)
         if group is None:
             if generation_id >= 0:
@@ -281,8 +280,6 @@ class GroupOffsets:
             for group_id in group_ids:
                 group = self._groups.get(group_id)
                 try:
-                    if not group_id:
-                        raise InvalidGroupIdError("the group id is empty")
                     if group is None or group.is_in(GroupState.DEAD):
                         raise GroupIdNotFoundError(f"no group {group_id!r}")
                     if not group.is_in(GroupState.EMPTY):
