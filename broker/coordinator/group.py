@@ -173,7 +173,7 @@ class GroupCoordinator(GroupOffsets):
                 if group is None:
                     continue
                 if member_id is None:
-                    self._on_join_deadline(group, now, fx)
+                    self._on_group_deadline(group, now, fx)
                 else:
                     self._on_member_deadline(group, member_id, deadline, now, fx)
             self._wake_at = self._timers[0][0] if self._timers else None
@@ -304,7 +304,9 @@ class GroupCoordinator(GroupOffsets):
         """The member a request speaks for (Kafka's validateCurrentMember)."""
         if group_instance_id is not None:
             holder = group.static_member_id(group_instance_id)
-            if holder is not None and holder != member_id:
+            if holder is None:
+                raise UnknownMemberIdError(f"group {group.group_id!r} has no instance {group_instance_id!r}")
+            if holder != member_id:
                 raise FencedInstanceIdError(
                     f"group {group.group_id!r}: instance {group_instance_id!r} is now member {holder!r}")
         member = group.members.get(member_id)
@@ -379,6 +381,8 @@ class GroupCoordinator(GroupOffsets):
         else:
             group.initial_delay_left = None
             group.join_deadline = now + group.rebalance_timeout_ms()
+        group.pending_sync.clear()
+        group.sync_deadline = None
         group.transition(GroupState.PREPARING_REBALANCE, now)
         self._schedule(group.join_deadline, group.group_id)
         log.info("group %r: rebalancing from generation %d (%s)", group.group_id, group.generation_id, reason)
@@ -393,7 +397,9 @@ class GroupCoordinator(GroupOffsets):
                 and group.all_joined()):
             self._complete_join(group, now, fx)
 
-    def _on_join_deadline(self, group: Group, now: int, fx: Effects) -> None:
+    def _on_group_deadline(self, group: Group, now: int, fx: Effects) -> None:
+        if group.sync_deadline is not None and group.sync_deadline <= now:
+            self._expire_pending_syncs(group, now, fx)
         if not group.is_in(GroupState.PREPARING_REBALANCE) or group.join_deadline is None \
                 or group.join_deadline > now:
             return
@@ -408,6 +414,21 @@ class GroupCoordinator(GroupOffsets):
                 return
             group.initial_delay_left = None
         self._complete_join(group, now, fx)
+
+    def _expire_pending_syncs(self, group: Group, now: int, fx: Effects) -> None:
+        """Kafka's rule: members that joined a generation but sent no SyncGroup within the rebalance
+        timeout are removed, even if they heartbeat, so the others are not left without their partitions."""
+        group.sync_deadline = None
+        late = [group.members[m] for m in sorted(group.pending_sync) if m in group.members]
+        group.pending_sync.clear()
+        if not late or not group.is_in(GroupState.COMPLETING_REBALANCE, GroupState.STABLE):
+            return
+        for member in late:
+            log.info("group %r: member %s removed: no SyncGroup within the rebalance timeout", group.group_id,
+                     member.member_id)
+            fx.answer(member.join_waiter, UnknownMemberIdError("removed: no SyncGroup in time"))
+            group.remove(member.member_id)
+        self._prepare_rebalance(group, now, fx, f"{len(late)} members did not sync in time")
 
     def _complete_join(self, group: Group, now: int, fx: Effects) -> None:
         """End the join phase: drop members that did not rejoin, start the next generation, answer the joins."""
@@ -437,6 +458,9 @@ class GroupCoordinator(GroupOffsets):
                 member.join_waiter = None
             member.is_new = False
             self._heartbeat(group, member, now)
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + group.rebalance_timeout_ms()
+        self._schedule(group.sync_deadline, group.group_id)
 
     def _remove_member(self, group: Group, member: Member, now: int, fx: Effects) -> None:
         gone = UnknownMemberIdError(f"member {member.member_id} left group {group.group_id!r}")
@@ -446,8 +470,8 @@ class GroupCoordinator(GroupOffsets):
         group.remove(member.member_id)
         if group.is_in(GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group, now, fx, f"member {member.member_id} left")
-        elif group.is_in(GroupState.PREPARING_REBALANCE):
-            self._try_complete_join(group, now, fx)
+        # The last member gone, nobody is left to wait for: the group is Empty at once.
+        self._try_complete_join(group, now, fx)
 
     # -- SyncGroup, Heartbeat, LeaveGroup -------------------------------------------------------
 
@@ -483,6 +507,7 @@ class GroupCoordinator(GroupOffsets):
                 if group.is_in(GroupState.PREPARING_REBALANCE):
                     raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
                 self._heartbeat(group, member, now)
+                group.pending_sync.discard(member_id)
                 if group.is_in(GroupState.STABLE):
                     fx.answer(waiter, SyncResult(group.protocol_type, group.protocol_name, member.assignment))
                 else:
@@ -548,13 +573,9 @@ class GroupCoordinator(GroupOffsets):
         fx = Effects()
         results: list[LogStoreError | None] = []
         with self._lock:
-            group = self._groups.get(group_id)
-            if group is not None and group.is_in(GroupState.DEAD):
-                raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")
+            group = self._live_group(group_id)
             for member_id, instance_id in members:
                 try:
-                    if group is None:
-                        raise UnknownMemberIdError(f"group {group_id!r} does not exist")
                     if instance_id is not None:
                         holder = group.static_member_id(instance_id)
                         if holder is None:

@@ -223,15 +223,15 @@ class GroupOffsets:
         """OffsetFetch: the committed offset of each partition (None if none; all of the group's for None)."""
         with self._lock:
             group = self._groups.get(group_id)
-            if partitions is None:
-                return dict(group.offsets) if group is not None else {}
+            if group is None:
+                return {} if partitions is None else dict.fromkeys(partitions)
             found: dict[TopicPartition, CommittedOffset | LogStoreError | None] = {}
-            for tp in partitions:
-                if require_stable and group is not None and any(
+            for tp in (group.offsets if partitions is None else partitions):
+                if require_stable and any(
                         tp in pending for pending in group.pending_txn_offsets.values()):
                     found[tp] = UnstableOffsetCommitError(f"{tp[0]}-{tp[1]}: a transactional commit is pending")
                 else:
-                    found[tp] = group.offsets.get(tp) if group is not None else None
+                    found[tp] = group.offsets.get(tp)
             return found
 
     def _delete_offsets(self, fx: Effects, group: Group, partitions: Iterable[TopicPartition]) -> None:
@@ -302,8 +302,12 @@ class GroupOffsets:
         expired = 0
         with self._lock:
             for group in list(self._groups.values()):
-                if group.is_in(GroupState.EMPTY):
+                if group.protocol_type is None:
+                    # A simple group (offsets only): each offset lasts a retention from its last commit.
                     subscribed: set[str] = set()
+                    base = -1
+                elif group.is_in(GroupState.EMPTY):
+                    subscribed = set()
                     base = group.state_timestamp
                 elif group.is_in(GroupState.STABLE) and group.protocol_type == CONSUMER_PROTOCOL:
                     subscribed = group.subscribed_topics()

@@ -124,6 +124,9 @@ class Group:
     # of the rebalance timeout after group.initial.rebalance.delay.ms (None: no initial delay).
     join_deadline: int | None = None
     initial_delay_left: int | None = None
+    # After a join phase: members yet to send SyncGroup, and when those left are removed.
+    pending_sync: set[str] = field(default_factory=set)
+    sync_deadline: int | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
 
@@ -163,6 +166,7 @@ class Group:
         member = self.members.pop(member_id, None)
         if member is None:
             return None
+        self.pending_sync.discard(member_id)
         if member.group_instance_id is not None and self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
         if self.leader_id == member_id:
