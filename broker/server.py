@@ -85,6 +85,8 @@ class Broker:
         self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
         self.cluster_id = _cluster_id(config.log_dirs[0], self.node_id)
         self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+        # Before the coordinators load: loading a group with members sets its session timers.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self.transactions = TransactionCoordinator(self.store, self.producer_ids.allocate,
                                                    TxnConfig.from_settings(config.settings),
                                                    on_markers=self._markers_written)
@@ -100,7 +102,6 @@ class Broker:
             log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
         self._group_wake = asyncio.Event()
         self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._upkeep: asyncio.Task | None = None
         self._group_upkeep: asyncio.Task | None = None
         self.closing = False
