@@ -94,9 +94,9 @@ class GroupValue:
 
 def decode_key(data) -> OffsetKey | GroupKey | None:
     """The key, or None for a record type this coordinator does not keep (3+: KIP-848, share groups)."""
-    key = _fast_offset_key(data)
-    if key is not None:
-        return key
+    fields = _fast_offset_key(data)
+    if fields is not None:
+        return OffsetKey(*fields)
     reader = Reader(data, "__consumer_offsets key")
     version = reader.int(2)
     if version < 0:
@@ -137,9 +137,9 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 def decode_offset_value(data) -> OffsetValue:
     """An OffsetCommitValue of version 0..4."""
-    value = _fast_offset_value(data)
-    if value is not None:
-        return value
+    fields = _fast_offset_value(data)
+    if fields is not None:
+        return OffsetValue(*fields)
     reader = Reader(data, "OffsetCommitValue")
     version = _value_version(reader)
     flexible = version >= _FIRST_FLEXIBLE
@@ -220,7 +220,19 @@ _VALUE_V3_HEAD = struct.Struct(">hqih")
 _TIMESTAMP = struct.Struct(">q")
 
 
-def _fast_offset_key(data) -> OffsetKey | None:
+def read_offset_commit(key, value) -> tuple | None:
+    """(group, topic, partition, offset, leader_epoch, metadata, commit_timestamp) of an offset commit
+    in the versions Kafka writes (key v0/v1, value v3); None for any other record, to decode in full."""
+    if key is None or value is None:
+        return None
+    k = _fast_offset_key(key)
+    if k is None:
+        return None
+    v = _fast_offset_value(value)
+    return None if v is None else k + v
+
+
+def _fast_offset_key(data) -> tuple | None:
     try:
         version, n = _KEY_HEAD.unpack_from(data, 0)
         if version not in (0, 1) or n < 0:
@@ -231,17 +243,17 @@ def _fast_offset_key(data) -> OffsetKey | None:
         if m < 0 or len(data) != pos + 2 + m + 4:
             return None
         topic = bytes(data[pos + 2:pos + 2 + m]).decode("utf-8")
-        return OffsetKey(group, topic, _PARTITION.unpack_from(data, pos + 2 + m)[0])
+        return group, topic, _PARTITION.unpack_from(data, pos + 2 + m)[0]
     except (struct.error, UnicodeDecodeError):
         return None
 
 
-def _fast_offset_value(data) -> OffsetValue | None:
+def _fast_offset_value(data) -> tuple | None:
     try:
         version, offset, leader_epoch, n = _VALUE_V3_HEAD.unpack_from(data, 0)
         if version != 3 or n < 0 or len(data) != 16 + n + 8:
             return None
         metadata = bytes(data[16:16 + n]).decode("utf-8")
-        return OffsetValue(offset, leader_epoch, metadata, _TIMESTAMP.unpack_from(data, 16 + n)[0])
+        return offset, leader_epoch, metadata, _TIMESTAMP.unpack_from(data, 16 + n)[0]
     except (struct.error, UnicodeDecodeError):
         return None

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import Future
-from dataclasses import replace
 from typing import Any, Iterable, Mapping
 
 from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_group_value,
                                                    decode_key, decode_offset_value, encode_group_key,
-                                                   encode_group_value, encode_offset_key, encode_offset_value)
+                                                   encode_group_value, encode_offset_key, encode_offset_value,
+                                                   read_offset_commit)
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
 from logstore.errors import (CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
@@ -181,7 +181,7 @@ class GroupOffsets:
                 except LogStoreError as exc:
                     raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {exc}") from exc
                 for i, (tp, committed) in enumerate(accepted):
-                    _keep_newer(group.offsets, tp, replace(committed, log_offset=result.first_offset + i))
+                    _keep_newer(group.offsets, tp, committed._replace(log_offset=result.first_offset + i))
         self._finish(fx)
         return errors
 
@@ -203,7 +203,7 @@ class GroupOffsets:
                                           producer_epoch=producer_epoch)
                     pending = group.pending_txn_offsets.setdefault(producer_id, {})
                     for i, (tp, committed) in enumerate(accepted):
-                        pending[tp] = replace(committed, log_offset=result.first_offset + i)
+                        pending[tp] = committed._replace(log_offset=result.first_offset + i)
                     self._txn_groups.setdefault((group.partition, producer_id), set()).add(group_id)
         self._finish(fx)
         return errors
@@ -357,6 +357,16 @@ def _load_partition(partition_log, partition: int, now: int):
             continue
         transactional = getattr(header, "is_transactional", False)
         for record in records:
+            fields = read_offset_commit(record.key, record.value)
+            if fields is not None:
+                group_id, topic, p, offset, leader_epoch, text, timestamp = fields
+                committed = CommittedOffset(offset, leader_epoch, text, timestamp, -1, record.offset)
+                if transactional:
+                    pending.setdefault(producer_id, []).append((group_id, (topic, p), committed))
+                else:
+                    # Later in the log than anything applied so far, committed transactions included.
+                    (offsets.get(group_id) or offsets.setdefault(group_id, {}))[(topic, p)] = committed
+                continue
             try:
                 key = decode_key(record.key) if record.key is not None else None
                 if isinstance(key, OffsetKey):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
 from logstore.broker.coordinator.group_log import GroupValue, MemberValue
@@ -38,9 +39,11 @@ _FROM = {
 }
 
 
-@dataclass(frozen=True)
-class CommittedOffset:
-    """A committed offset, and where its record sits in `__consumer_offsets` (the later record wins)."""
+class CommittedOffset(NamedTuple):
+    """A committed offset, and where its record sits in `__consumer_offsets` (the later record wins).
+
+    A tuple, not a dataclass: a coordinator's start makes one per offset ever committed.
+    """
 
     offset: int
     leader_epoch: int
