@@ -59,6 +59,8 @@ bench: build
 	$(BIN)/python bench/broker_report.py .benchmarks/broker.json
 	$(BENCH) bench/test_broker_transactions.py --benchmark-json=.benchmarks/broker_transactions.json
 	$(BIN)/python bench/txn_broker_report.py .benchmarks/broker_transactions.json
+	$(BENCH) bench/test_broker_groups.py --benchmark-json=.benchmarks/broker_groups.json
+	$(BIN)/python bench/groups_broker_report.py .benchmarks/broker_groups.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks
