@@ -86,9 +86,9 @@ from kio.schema.offset_delete.v0.request import (OffsetDeleteRequest, OffsetDele
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 from kio.static.primitive import i8, i32, i64
 
-from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
+from logstore.broker.admin_client import AdminClient, error_name
 from logstore.broker.coordinator.consumer_protocol import decode_assignment
-from logstore.broker.transactions_cli import BrokerError, UsageError, print_table
+from logstore.broker.transactions_cli import BrokerError, UsageError, print_table, run_command
 from logstore.errors import CorruptRecordError
 
 __all__ = ["run", "BrokerError", "UsageError", "GROUP_STATES", "parse_partitions"]
@@ -517,22 +517,4 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run one `logstore groups` command; the exit status (0 ok, 1 broker error, 2 usage or no broker)."""
-    out = sys.stdout if out is None else out
-    try:
-        _check_arguments(args)
-        try:
-            client = AdminClient(args.bootstrap_server)
-        except ValueError as exc:
-            raise UsageError(f"--bootstrap-server: {exc} (expected host:port[,host:port...])") from None
-    except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        with client:
-            return COMMANDS[args.groups_command](client, args, out)
-    except BrokerUnavailableError as exc:
-        print(f"{PROG}: error: no broker at {args.bootstrap_server}: {exc}", file=sys.stderr)
-        return 2
-    except BrokerError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+    return run_command(PROG, args, _check_arguments, COMMANDS[args.groups_command], out)

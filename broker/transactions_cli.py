@@ -291,22 +291,29 @@ def _check_arguments(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """Run one `logstore transactions` command; the exit status (0 ok, 1 broker error, 2 usage or no broker)."""
+    return run_command(PROG, args, _check_arguments, COMMANDS[args.transactions_command], out)
+
+
+def run_command(prog: str, args: argparse.Namespace, check: Callable, command: Callable,
+                out: TextIO | None = None) -> int:
+    """An admin command's run, shared by `logstore transactions` and `logstore groups`: arguments
+    checked, a client made and closed, errors printed; the exit status (0, 1 broker error, 2 usage)."""
     out = sys.stdout if out is None else out
     try:
-        _check_arguments(args)
+        check(args)
         try:
             client = AdminClient(args.bootstrap_server)
         except ValueError as exc:
             raise UsageError(f"--bootstrap-server: {exc} (expected host:port[,host:port...])") from None
     except UsageError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     try:
         with client:
-            return COMMANDS[args.transactions_command](client, args, out)
+            return command(client, args, out)
     except BrokerUnavailableError as exc:
-        print(f"{PROG}: error: no broker at {args.bootstrap_server}: {exc}", file=sys.stderr)
+        print(f"{prog}: error: no broker at {args.bootstrap_server}: {exc}", file=sys.stderr)
         return 2
     except BrokerError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
+        print(f"{prog}: {exc}", file=sys.stderr)
         return 1
