@@ -436,6 +436,19 @@ class CopierFleet:
         return Pause({s: len(events) for s, events in self.events.items()},
                      self.open_records[slot], last == ["committing"])
 
+    def pause_in_transaction(self, slot: int, timeout: float, tick: Callable[[], None] | None = None,
+                             tries: int = 5) -> Pause:
+        """`pause` once `slot` holds records of an open transaction in the log (unless none come within
+        `timeout` s); when the stop lands inside its commit, again with its next transaction (`tries` times)."""
+        for _ in range(tries):
+            self.wait(lambda: self.open_records[slot] > 0, timeout, tick)
+            pause = self.pause(slot)
+            if not pause.committing:
+                return pause
+            self.resume(slot)
+            self.wait(lambda: self.open_records[slot] == 0, timeout, tick)
+        return self.pause(slot)
+
     def resume(self, slot: int) -> None:
         """SIGCONT: the zombie carries on with its transaction, which the broker must fence."""
         self.procs[slot].send_signal(signal.SIGCONT)

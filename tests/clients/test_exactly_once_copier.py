@@ -63,13 +63,8 @@ def test_two_copiers_copy_exactly_once_through_kills_and_a_zombie(start_broker, 
 
         # Copier 1 stopped inside a transaction, before it sent its offsets, until copier 0 holds its
         # partitions: when it carries on, its commit (offsets of its old generation) must fail.
-        while True:
-            fleet.wait_until(lambda: fleet.open_records[1] > 0, "copier 1 inside a transaction", TIMEOUT)
-            pause = fleet.pause(1)
-            if not pause.committing:
-                break
-            fleet.resume(1)  # stopped too late, inside its commit: again with its next transaction
-            fleet.wait_until(lambda: fleet.open_records[1] == 0, "copier 1 done committing", TIMEOUT)
+        pause = fleet.pause_in_transaction(1, TIMEOUT)
+        assert pause.holding and not pause.committing, pause
         fleet.wait_until(lambda: fleet.moved_on_without(1) and fleet.assignment[0] == set(range(PARTITIONS)),
                          "copier 0 took over from the zombie", TIMEOUT)
         mark = len(fleet.events[1])

@@ -97,8 +97,8 @@ class Disruptions:
     def zombie(self, point: int) -> None:
         """Stop a copier until the others hold its partitions; its transaction must not commit then."""
         fleet = self.fleet
-        slot = self._pick_copier()
-        pause = fleet.pause(slot)
+        slot = self.rng.choice([slot for slot in fleet.procs if fleet.assignment[slot]] or list(fleet.procs))
+        pause = fleet.pause_in_transaction(slot, 5, self.revive_broker)
         self.wait_until(lambda: fleet.moved_on_without(slot),
                         f"the group moving on without copier {slot}")
         mark = len(fleet.events[slot])
