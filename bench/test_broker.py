@@ -242,10 +242,16 @@ def _tag(benchmark, op: str, case: str, **info) -> None:
 @pytest.fixture(scope="module")
 def broker():
     """A `logstore broker` with default settings on a free loopback port; stopped cleanly at the end."""
-    root = tempfile.mkdtemp(prefix="logstore-bench-broker-")
+    yield from running_broker("logstore-bench-broker-")
+
+
+def running_broker(prefix: str, overrides: tuple[str, ...] = ()):
+    """A broker in a fresh temporary directory for a fixture to yield; stopped cleanly (and checked for
+    tracebacks) when the fixture ends, the directory removed."""
+    root = tempfile.mkdtemp(prefix=prefix)
     data_dir = Path(root) / "broker"
     data_dir.mkdir()
-    process = BrokerProcess("127.0.0.1", free_port(), data_dir).start()
+    process = BrokerProcess("127.0.0.1", free_port(), data_dir, overrides).start()
     try:
         yield process
         if process.running:

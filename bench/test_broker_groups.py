@@ -157,19 +157,7 @@ REBALANCE_TIMEOUT_MS = 300_000  # librdkafka's max.poll.interval.ms default (its
 @pytest.fixture(scope="module")
 def broker():
     """A `logstore broker` with BROKER_OVERRIDES on a free loopback port; stopped cleanly at the end."""
-    root = tempfile.mkdtemp(prefix="logstore-bench-groups-")
-    data_dir = Path(root) / "broker"
-    data_dir.mkdir()
-    process = BrokerProcess("127.0.0.1", free_port(), data_dir, BROKER_OVERRIDES).start()
-    try:
-        yield process
-        if process.running:
-            process.stop()
-        assert "Traceback" not in process.log_text(), f"the broker logged a traceback:\n{process.log_text()}"
-    finally:
-        if process.running:
-            process.kill()
-        shutil.rmtree(root, ignore_errors=True)
+    yield from base.running_broker("logstore-bench-groups-", BROKER_OVERRIDES)
 
 
 admin = base.admin

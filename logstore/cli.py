@@ -67,6 +67,19 @@ def _run_broker(args: argparse.Namespace) -> int:
     return server.run(args.config, args.override)
 
 
+def _admin_commands(parser: argparse.ArgumentParser, dest: str):
+    """What the admin commands share: --bootstrap-server, a required COMMAND stored in `dest`, and a
+    parent parser with --json for the subcommands; returns (subparsers, that parent)."""
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
+                        help="the broker to ask (comma-separated entries: the first that answers)")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", dest="as_json", action="store_true",
+                        help="print one JSON document instead of a table")
+    actions = parser.add_subparsers(title="commands", dest=dest, metavar="COMMAND")
+    actions.required = True
+    return actions, common
+
+
 def _add_transactions(commands) -> None:
     parser = commands.add_parser(
         "transactions",
@@ -77,13 +90,7 @@ def _add_transactions(commands) -> None:
         epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr); "
                "2 bad arguments, or no broker at --bootstrap-server. The --json schema is "
                "documented in `python -m pydoc logstore.broker.transactions_cli`.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to ask (comma-separated entries: the first that answers)")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", dest="as_json", action="store_true",
-                        help="print one JSON document instead of a table")
-    actions = parser.add_subparsers(title="commands", dest="transactions_command", metavar="COMMAND")
-    actions.required = True
+    actions, common = _admin_commands(parser, "transactions_command")
     listing = actions.add_parser("list", parents=[common], help="list transactional ids and their states")
     listing.add_argument("--state", dest="states", action="append", metavar="STATE",
                          help="only ids in this state (Kafka's names: Empty, Ongoing, PrepareCommit, "
@@ -124,13 +131,7 @@ def _add_groups(commands) -> None:
                "describe does not exist, or a reset was refused; 2 bad arguments, or no broker at "
                "--bootstrap-server. The --json schema is documented in "
                "`python -m pydoc logstore.broker.groups_cli`.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to ask (comma-separated entries: the first that answers)")
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", dest="as_json", action="store_true",
-                        help="print one JSON document instead of a table")
-    actions = parser.add_subparsers(title="commands", dest="groups_command", metavar="COMMAND")
-    actions.required = True
+    actions, common = _admin_commands(parser, "groups_command")
     listing = actions.add_parser("list", parents=[common], help="list groups, their protocol types and states")
     listing.add_argument("--state", dest="states", action="append", metavar="STATE",
                          help="only groups in this state (Kafka's names: PreparingRebalance, CompletingRebalance, "
