@@ -2,6 +2,33 @@
 # Included by record_batch.pyx, which holds the imports and constants.
 
 
+cdef extern from "records.h":
+    ctypedef struct ColumnarExtra "ls_columnar_extra":
+        int32_t* types
+        int32_t* header_lists
+        Growable* hkey_offsets
+        Growable* hkey_data
+        Growable* hvalue_offsets
+        Growable* hvalue_data
+        Growable* hvalue_valid
+        Py_ssize_t headers, hkey_size, hvalue_size, hvalue_nulls
+
+    int _columnar_append_extra "ls_columnar_append_extra" (
+        ColumnarAppend* c, ColumnarExtra* x, const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
+        ParseError* e) noexcept nogil
+
+# Arrow type of the headers column: Spark's Kafka schema, all fields nullable.
+cdef object _HEADERS_TYPE = None
+
+
+cdef object _headers_type():
+    global _HEADERS_TYPE
+    if _HEADERS_TYPE is None:
+        import pyarrow as pa
+        _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    return _HEADERS_TYPE
+
+
 @cython.final
 cdef class NativeBuffer:
     """A malloc'd byte buffer exposed through the buffer protocol (zero-copy to Arrow)."""
@@ -53,6 +80,14 @@ cdef int _reserve(Growable* g, Py_ssize_t extra) except -1:
     return 0
 
 
+cdef int _start_offsets(Growable* g) except -1:
+    """Make `g` an offsets column of zero rows: the single int32 0."""
+    _reserve(g, 4)
+    (<int32_t*>g.data)[0] = 0
+    g.size = 4
+    return 0
+
+
 @cython.final
 cdef class Columns:
     """Arrow-ready columns of `count` records.
@@ -61,6 +96,14 @@ cdef class Columns:
     `value_offsets` are count+1 little-endian int32 into `key_data` /
     `value_data`; `key_validity` / `value_validity` are Arrow validity bitmaps
     (bit set = not null), with `key_null_count` / `value_null_count`.
+
+    The optional columns are None unless the builder was asked for them.
+    `timestamp_types`: int32 per record, 0 CreateTime, 1 LogAppendTime.
+    Headers, `header_count` of them in all: `header_offsets` (count+1 int32)
+    gives each record's first header; per header, `header_key_offsets` into
+    `header_key_data` (UTF-8) and `header_value_offsets` into
+    `header_value_data`, with `header_value_validity` and
+    `header_value_null_count` (count+1 and header_count+1 int32 offsets).
     """
     cdef readonly Py_ssize_t count
     cdef readonly object offsets
@@ -73,9 +116,18 @@ cdef class Columns:
     cdef readonly object value_data
     cdef readonly object value_validity
     cdef readonly Py_ssize_t value_null_count
+    cdef readonly object timestamp_types
+    cdef readonly object header_count
+    cdef readonly object header_offsets
+    cdef readonly object header_key_offsets
+    cdef readonly object header_key_data
+    cdef readonly object header_value_offsets
+    cdef readonly object header_value_data
+    cdef readonly object header_value_validity
+    cdef readonly object header_value_null_count
 
     def to_arrow(self):
-        """A pyarrow.RecordBatch (offset, timestamp, key, value) sharing these buffers."""
+        """A pyarrow.RecordBatch on these buffers: offset, timestamp, key, value[, timestampType][, headers]."""
         import pyarrow as pa
         n = self.count
         buf = pa.py_buffer
@@ -87,7 +139,23 @@ cdef class Columns:
             pa.Array.from_buffers(pa.binary(), n, [buf(self.value_validity), buf(self.value_offsets),
                                                    buf(self.value_data)], self.value_null_count),
         ]
-        return pa.RecordBatch.from_arrays(arrays, names=["offset", "timestamp", "key", "value"])
+        names = ["offset", "timestamp", "key", "value"]
+        if self.timestamp_types is not None:
+            arrays.append(pa.Array.from_buffers(pa.int32(), n, [None, buf(self.timestamp_types)]))
+            names.append("timestampType")
+        if self.header_offsets is not None:
+            m = self.header_count
+            entry_type = _headers_type().value_type
+            keys = pa.Array.from_buffers(pa.string(), m, [None, buf(self.header_key_offsets),
+                                                          buf(self.header_key_data)], 0)
+            values = pa.Array.from_buffers(
+                pa.binary(), m, [buf(self.header_value_validity), buf(self.header_value_offsets),
+                                 buf(self.header_value_data)], self.header_value_null_count)
+            entries = pa.Array.from_buffers(entry_type, m, [None], 0, children=[keys, values])
+            arrays.append(pa.Array.from_buffers(_headers_type(), n, [None, buf(self.header_offsets)], 0,
+                                                children=[entries]))
+            names.append("headers")
+        return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
 cdef int _clear_bits_from(Growable* g, Py_ssize_t first, Py_ssize_t stop) except -1:
@@ -112,14 +180,20 @@ cdef class ColumnarBuilder:
     """Decodes the records of many v2 batches into one set of column buffers.
 
     Owns its growing buffers until `finish()` hands them to a Columns object.
-    Not thread-safe; one builder per task. No Python object is created per record.
+    Not thread-safe; one builder per task. No Python object is created per
+    record or header. `headers` / `timestamp_types` add the optional columns
+    of Spark's Kafka schema (see Columns); without them the loop is the
+    plain one.
     """
     cdef Growable offsets, timestamps, key_offsets, key_data, key_valid
     cdef Growable value_offsets, value_data, value_valid
+    cdef Growable types, header_lists, hkey_offsets, hkey_data, hvalue_offsets, hvalue_data, hvalue_valid
     cdef readonly Py_ssize_t count
-    cdef Py_ssize_t key_nulls, value_nulls
+    cdef readonly bint headers
+    cdef readonly bint timestamp_types
+    cdef Py_ssize_t key_nulls, value_nulls, header_count, hvalue_nulls
 
-    def __cinit__(self):
+    def __cinit__(self, *, bint headers=False, bint timestamp_types=False):
         memset(&self.offsets, 0, sizeof(Growable))
         memset(&self.timestamps, 0, sizeof(Growable))
         memset(&self.key_offsets, 0, sizeof(Growable))
@@ -128,18 +202,29 @@ cdef class ColumnarBuilder:
         memset(&self.value_offsets, 0, sizeof(Growable))
         memset(&self.value_data, 0, sizeof(Growable))
         memset(&self.value_valid, 0, sizeof(Growable))
+        memset(&self.types, 0, sizeof(Growable))
+        memset(&self.header_lists, 0, sizeof(Growable))
+        memset(&self.hkey_offsets, 0, sizeof(Growable))
+        memset(&self.hkey_data, 0, sizeof(Growable))
+        memset(&self.hvalue_offsets, 0, sizeof(Growable))
+        memset(&self.hvalue_data, 0, sizeof(Growable))
+        memset(&self.hvalue_valid, 0, sizeof(Growable))
+        self.headers = headers
+        self.timestamp_types = timestamp_types
         self._start()
 
     cdef _start(self):
         self.count = 0
         self.key_nulls = 0
         self.value_nulls = 0
-        _reserve(&self.key_offsets, 4)
-        _reserve(&self.value_offsets, 4)
-        (<int32_t*>self.key_offsets.data)[0] = 0
-        (<int32_t*>self.value_offsets.data)[0] = 0
-        self.key_offsets.size = 4
-        self.value_offsets.size = 4
+        self.header_count = 0
+        self.hvalue_nulls = 0
+        _start_offsets(&self.key_offsets)
+        _start_offsets(&self.value_offsets)
+        if self.headers:
+            _start_offsets(&self.header_lists)
+            _start_offsets(&self.hkey_offsets)
+            _start_offsets(&self.hvalue_offsets)
 
     def __dealloc__(self):
         free(self.offsets.data)
@@ -150,6 +235,13 @@ cdef class ColumnarBuilder:
         free(self.value_offsets.data)
         free(self.value_data.data)
         free(self.value_valid.data)
+        free(self.types.data)
+        free(self.header_lists.data)
+        free(self.hkey_offsets.data)
+        free(self.hkey_data.data)
+        free(self.hvalue_offsets.data)
+        free(self.hvalue_data.data)
+        free(self.hvalue_valid.data)
 
     def add_batch(self, buf, Py_ssize_t pos=0, *, int64_t start_offset=-9223372036854775807 - 1,
                   end_offset=None, bint skip_control=True,
@@ -183,10 +275,15 @@ cdef class ColumnarBuilder:
         # usually small, grow as they come. Reserving the bound twice made
         # every call fault in twice the memory it used.
         _reserve(&self.value_data, end - start)
+        if self.timestamp_types:
+            _reserve(&self.types, 4 * <Py_ssize_t>count)
+        if self.headers:
+            _reserve(&self.header_lists, 4 * <Py_ssize_t>count)
         # Bits past the committed rows may be left over from a rejected batch.
         _clear_bits_from(&self.key_valid, self.count, total)
         _clear_bits_from(&self.value_valid, self.count, total)
         cdef ColumnarAppend c
+        cdef ColumnarExtra x
         cdef ParseError e
         cdef int rc
         c.base_offset = h.base_offset
@@ -211,8 +308,24 @@ cdef class ColumnarBuilder:
         c.value_size = self.value_data.size
         c.key_nulls = self.key_nulls
         c.value_nulls = self.value_nulls
-        with nogil:
-            rc = _columnar_append(&c, p, start, end, &e)
+        cdef bint extra = self.headers or self.timestamp_types
+        if extra:
+            x.types = <int32_t*>self.types.data if self.timestamp_types else NULL
+            x.header_lists = <int32_t*>self.header_lists.data if self.headers else NULL
+            x.hkey_offsets = &self.hkey_offsets
+            x.hkey_data = &self.hkey_data
+            x.hvalue_offsets = &self.hvalue_offsets
+            x.hvalue_data = &self.hvalue_data
+            x.hvalue_valid = &self.hvalue_valid
+            x.headers = self.header_count
+            x.hkey_size = self.hkey_data.size
+            x.hvalue_size = self.hvalue_data.size
+            x.hvalue_nulls = self.hvalue_nulls
+            with nogil:
+                rc = _columnar_append_extra(&c, &x, p, start, end, &e)
+        else:
+            with nogil:
+                rc = _columnar_append(&c, p, start, end, &e)
         if rc == -2:
             raise MemoryError()
         if rc != 0:
@@ -223,6 +336,18 @@ cdef class ColumnarBuilder:
         cdef Py_ssize_t value_size = c.value_size
         if key_size > 2147483647 or value_size > 2147483647:
             raise OverflowError("column data exceeds 2 GiB; finish() more often")
+        if self.headers:
+            if x.hkey_size > 2147483647 or x.hvalue_size > 2147483647 or x.headers > 2147483647:
+                raise OverflowError("header columns exceed 2 GiB or 2^31 headers; finish() more often")
+            self.header_count = x.headers
+            self.hkey_data.size = x.hkey_size
+            self.hvalue_data.size = x.hvalue_size
+            self.hvalue_nulls = x.hvalue_nulls
+            self.header_lists.size = 4 * (n + 1)
+            self.hkey_offsets.size = 4 * (x.headers + 1)
+            self.hvalue_offsets.size = 4 * (x.headers + 1)
+        if self.timestamp_types:
+            self.types.size = 4 * n
         self.count = n
         self.key_data.size = key_size
         self.value_data.size = value_size
@@ -250,6 +375,18 @@ cdef class ColumnarBuilder:
         c.value_data = self._take(&self.value_data)
         c.value_validity = self._take(&self.value_valid)
         c.value_null_count = self.value_nulls
+        if self.timestamp_types:
+            c.timestamp_types = self._take(&self.types)
+        if self.headers:
+            self.hvalue_valid.size = (self.header_count + 7) // 8
+            c.header_count = self.header_count
+            c.header_offsets = self._take(&self.header_lists)
+            c.header_key_offsets = self._take(&self.hkey_offsets)
+            c.header_key_data = self._take(&self.hkey_data)
+            c.header_value_offsets = self._take(&self.hvalue_offsets)
+            c.header_value_data = self._take(&self.hvalue_data)
+            c.header_value_validity = self._take(&self.hvalue_valid)
+            c.header_value_null_count = self.hvalue_nulls
         self._start()
         return c
 

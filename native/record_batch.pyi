@@ -80,11 +80,24 @@ class Columns:
     value_data: NativeBuffer
     value_validity: NativeBuffer
     value_null_count: int
+    # None unless the builder was asked for timestamp_types / headers.
+    timestamp_types: NativeBuffer | None
+    header_count: int | None
+    header_offsets: NativeBuffer | None
+    header_key_offsets: NativeBuffer | None
+    header_key_data: NativeBuffer | None
+    header_value_offsets: NativeBuffer | None
+    header_value_data: NativeBuffer | None
+    header_value_validity: NativeBuffer | None
+    header_value_null_count: int | None
     def to_arrow(self): ...
 
 class ColumnarBuilder:
     count: int
-    def add_batch(self, buf, pos: int = 0, *, start_offset: int = ..., end_offset: int = ...,
+    headers: bool
+    timestamp_types: bool
+    def __init__(self, *, headers: bool = False, timestamp_types: bool = False) -> None: ...
+    def add_batch(self, buf, pos: int = 0, *, start_offset: int = ..., end_offset: int | None = None,
                   skip_control: bool = True, verify_crc: bool = True,
                   max_decompressed: int = ...) -> BatchHeader: ...
     def finish(self) -> Columns: ...

@@ -21,6 +21,7 @@
 
 #define LS_INLINE static inline __attribute__((always_inline))
 #define LS_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LS_LIKELY(x) __builtin_expect(!!(x), 1)
 
 typedef struct {
     int64_t timestamp_delta;
@@ -216,6 +217,82 @@ static inline int ls_grow(ls_growable *g, Py_ssize_t want)
     return 0;
 }
 
+/* Well-formed UTF-8 (Unicode table 3-7) at `s`, `n` bytes available: the
+ * length of the character there, or minus the length of the maximal subpart
+ * of an ill-formed sequence (at least 1), the unit one U+FFFD replaces. */
+LS_INLINE int ls_utf8_char(const unsigned char *s, Py_ssize_t n)
+{
+    unsigned char c = s[0], lo = 0x80, hi = 0xBF;
+    int need, k;
+    if (c < 0x80)
+        return 1;
+    if (c < 0xC2)
+        return -1;
+    if (c < 0xE0) {
+        need = 1;
+    } else if (c < 0xF0) {
+        need = 2;
+        if (c == 0xE0)
+            lo = 0xA0;  /* overlong */
+        else if (c == 0xED)
+            hi = 0x9F;  /* surrogates */
+    } else if (c < 0xF5) {
+        need = 3;
+        if (c == 0xF0)
+            lo = 0x90;  /* overlong */
+        else if (c == 0xF4)
+            hi = 0x8F;  /* past U+10FFFF */
+    } else {
+        return -1;
+    }
+    for (k = 1; k <= need; k++) {
+        if (k >= n || s[k] < lo || s[k] > hi)
+            return -k;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    return need + 1;
+}
+
+/* Append `n` bytes of a header key to `g` at `size` as valid UTF-8; the new
+ * size, or -1 when out of memory. Arrow's string type requires valid UTF-8,
+ * so ill-formed input gets U+FFFD per maximal subpart: the same string
+ * Python's decode(errors="replace") gives decode_records, and Java's
+ * decoder gives Kafka. */
+static inline Py_ssize_t ls_utf8_append(ls_growable *g, Py_ssize_t size, const unsigned char *s, int32_t n)
+{
+    Py_ssize_t i = 0;
+    int k;
+    while (i < n && s[i] < 0x80)
+        i++;
+    while (i < n && (k = ls_utf8_char(s + i, n - i)) > 0)
+        i += k;
+    if (LS_LIKELY(i == n)) {
+        if (LS_UNLIKELY(ls_grow(g, size + n) != 0))
+            return -1;
+        memcpy(g->data + size, s, n);
+        return size + n;
+    }
+    /* A replacement takes 3 bytes for an ill-formed 1: room for the worst. */
+    if (ls_grow(g, size + i + 3 * (Py_ssize_t)(n - i)) != 0)
+        return -1;
+    memcpy(g->data + size, s, i);
+    size += i;
+    while (i < n) {
+        k = ls_utf8_char(s + i, n - i);
+        if (k > 0) {
+            memcpy(g->data + size, s + i, k);
+            size += k;
+            i += k;
+        } else {
+            memcpy(g->data + size, "\xEF\xBF\xBD", 3);
+            size += 3;
+            i -= k;
+        }
+    }
+    return size;
+}
+
 /* One batch's records appended to Arrow-style columns. The caller sizes the
  * fixed-width arrays and `value_data` (records section bound), zeroes the
  * validity bits of the new rows, and commits the running totals only when
@@ -232,12 +309,82 @@ typedef struct {
     Py_ssize_t n, key_size, value_size, key_nulls, value_nulls, end_position;
 } ls_columnar;
 
-__attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const unsigned char *p, Py_ssize_t pos,
-                              Py_ssize_t end, ls_error *e)
+/* The optional columns Spark's Kafka schema adds, under the same contract:
+ * `types` (int32 timestampType per row) and `header_lists` (int32 offsets of
+ * each row's first header, row n+1 written) are sized by the caller, either
+ * may be NULL for a column not asked for; the headers themselves, an Arrow
+ * struct<key: string, value: binary> per header, grow here. Validity bits of
+ * header values are written one by one, set or cleared, so nothing left over
+ * from a rejected batch needs clearing first. */
+typedef struct {
+    int32_t *types, *header_lists;
+    ls_growable *hkey_offsets, *hkey_data, *hvalue_offsets, *hvalue_data, *hvalue_valid;
+    Py_ssize_t headers, hkey_size, hvalue_size, hvalue_nulls;
+} ls_columnar_extra;
+
+/* Copy the headers of a kept record (already validated by ls_parse_record)
+ * into the header columns; 0, -1 (parse error) or -2 (out of memory). */
+static inline int ls_columnar_headers(ls_columnar_extra *x, const unsigned char *p, const ls_record *r,
+                                      ls_error *e)
+{
+    Py_ssize_t pos = r->headers_pos, j = x->headers;
+    Py_ssize_t key_size = x->hkey_size, value_size = x->hvalue_size;
+    const Py_ssize_t last = j + r->header_count, section = r->end - r->headers_pos;
+    int32_t i, n, *key_offsets, *value_offsets;
+    unsigned char *valid;
+
+    if (LS_UNLIKELY(ls_grow(x->hkey_offsets, 4 * (last + 1)) != 0
+                    || ls_grow(x->hvalue_offsets, 4 * (last + 1)) != 0
+                    || ls_grow(x->hvalue_valid, (last + 7) >> 3) != 0
+                    || ls_grow(x->hvalue_data, value_size + section) != 0))
+        return -2;
+    key_offsets = (int32_t *)x->hkey_offsets->data;
+    value_offsets = (int32_t *)x->hvalue_offsets->data;
+    valid = (unsigned char *)x->hvalue_valid->data;
+    for (i = 0; i < r->header_count; i++, j++) {
+        pos = ls_varint(p, pos, r->end, &n);
+        if (LS_UNLIKELY(pos < 0 || n < 0 || n > r->end - pos))
+            goto corrupt;
+        key_size = ls_utf8_append(x->hkey_data, key_size, p + pos, n);
+        if (LS_UNLIKELY(key_size < 0))
+            return -2;
+        pos += n;
+        pos = ls_varint(p, pos, r->end, &n);
+        if (LS_UNLIKELY(pos < 0 || n > r->end - pos))
+            goto corrupt;
+        if (n >= 0) {
+            memcpy(x->hvalue_data->data + value_size, p + pos, n);
+            value_size += n;
+            pos += n;
+            valid[j >> 3] |= (unsigned char)(1u << (j & 7));
+        } else {
+            valid[j >> 3] &= (unsigned char)~(1u << (j & 7));
+            x->hvalue_nulls++;
+        }
+        key_offsets[j + 1] = (int32_t)key_size;
+        value_offsets[j + 1] = (int32_t)value_size;
+    }
+    x->headers = j;
+    x->hkey_size = key_size;
+    x->hvalue_size = value_size;
+    return 0;
+corrupt:
+    /* Unreachable after ls_parse_record accepted the record; kept so that a
+     * future change to either walk fails loudly instead of reading past it. */
+    e->message = "record headers are malformed";
+    e->position = r->headers_pos;
+    return -1;
+}
+
+/* The loop; `x` is the constant NULL in ls_columnar_append, so that entry
+ * point compiles to the loop without the optional columns. */
+LS_INLINE int ls_columnar_loop(ls_columnar *c, ls_columnar_extra *x, const unsigned char *p,
+                               Py_ssize_t pos, Py_ssize_t end, ls_error *e)
 {
     ls_record r;
     int32_t i, prev = -1;
     int64_t offset;
+    int rc;
     Py_ssize_t n = c->n, key_size = c->key_size, value_size = c->value_size;
     Py_ssize_t key_nulls = c->key_nulls, value_nulls = c->value_nulls;
     int64_t *offsets = c->offsets, *timestamps = c->timestamps;
@@ -251,6 +398,8 @@ __attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const un
     const int append_time = c->append_time, bounded = c->bounded;
     const int32_t count = c->count, last_delta = c->last_delta;
     ls_growable *key_data = c->key_data;
+    int32_t *const types = x ? x->types : NULL;
+    int32_t *const header_lists = x ? x->header_lists : NULL;
 
     for (i = 0; i < count; i++) {
         if (LS_UNLIKELY(ls_parse_record(p, pos, end, &r, e) != 0))
@@ -279,6 +428,15 @@ __attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const un
         } else {
             value_nulls++;
         }
+        if (x != NULL) {
+            if (types != NULL)
+                types[n] = append_time;
+            if (header_lists != NULL) {
+                if (r.header_count > 0 && (rc = ls_columnar_headers(x, p, &r, e)) != 0)
+                    return rc;
+                header_lists[n + 1] = (int32_t)x->headers;
+            }
+        }
         n++;
         key_offsets[n] = (int32_t)key_size;
         value_offsets[n] = (int32_t)value_size;
@@ -294,6 +452,21 @@ __attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const un
     c->key_nulls = key_nulls;
     c->value_nulls = value_nulls;
     return 0;
+}
+
+__attribute__((noinline)) static int ls_columnar_append(ls_columnar *c, const unsigned char *p,
+                                                        Py_ssize_t pos, Py_ssize_t end, ls_error *e)
+{
+    return ls_columnar_loop(c, NULL, p, pos, end, e);
+}
+
+/* ls_columnar_append plus the columns `x` asks for; `x`'s totals, like
+ * `c`'s, are for the caller to commit when this returns 0. */
+__attribute__((noinline)) static int ls_columnar_append_extra(ls_columnar *c, ls_columnar_extra *x,
+                                                              const unsigned char *p, Py_ssize_t pos,
+                                                              Py_ssize_t end, ls_error *e)
+{
+    return ls_columnar_loop(c, x, p, pos, end, e);
 }
 
 #endif
