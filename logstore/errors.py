@@ -156,6 +156,10 @@ class OffsetOutOfRangeError(LogStoreError):
     error_name = "OFFSET_OUT_OF_RANGE"
 
 
+class SegmentDeletedError(OffsetOutOfRangeError):
+    """A planned read found its segment gone (retention or a cleaner ran since): those offsets are lost."""
+
+
 class InvalidTopicError(LogStoreError):
     """A topic name Kafka's rules refuse (characters, length, `.` or `..`)."""
 

@@ -53,6 +53,24 @@ class _MappedIndex:
         else:
             entries = length // self.entry_size
         self._map(length, entries)
+        if not writable and entries:
+            # A live writer preallocates the file; its zero-filled tail is not entries.
+            self.core.set_entries(self._written_entries(entries))
+
+    def _written_entries(self, slots: int) -> int:
+        """How many leading slots hold entries: past slot 0, offsets strictly increase, so a slot
+        whose offset is the base offset (and its timestamp, if any, 0) is preallocated zeros."""
+        lo, hi = 1, slots
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._is_unwritten(self.core.entry(mid)):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def _is_unwritten(self, entry: tuple[int, int]) -> bool:
+        raise NotImplementedError
 
     def _round(self, size: int) -> int:
         return size // self.entry_size * self.entry_size
@@ -174,6 +192,9 @@ class OffsetIndex(_MappedIndex):
         """(offset, position) in `slot`."""
         return self.core.entry(slot)
 
+    def _is_unwritten(self, entry: tuple[int, int]) -> bool:
+        return entry == (self.base_offset, 0)
+
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's index."""
         self.check_length()
@@ -206,6 +227,9 @@ class TimeIndex(_MappedIndex):
     def entry(self, slot: int) -> tuple[int, int]:
         """(timestamp, offset) in `slot`."""
         return self.core.entry(slot)
+
+    def _is_unwritten(self, entry: tuple[int, int]) -> bool:
+        return entry == (0, self.base_offset)
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's time index."""

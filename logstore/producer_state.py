@@ -100,9 +100,11 @@ def _raise_for(code: int, pid: int, epoch: int, detail: str) -> None:
 class ProducerStateManager:
     """One partition's producer table, open transactions and `.snapshot` files."""
 
-    def __init__(self, directory: str, *, expiration_ms: int = DEFAULT_EXPIRATION_MS):
+    def __init__(self, directory: str, *, expiration_ms: int = DEFAULT_EXPIRATION_MS, read_only: bool = False):
         self.directory = directory
         self.expiration_ms = expiration_ms
+        # A reader beside a running writer: a snapshot it cannot parse may be mid-write, so it stays.
+        self.read_only = read_only
         self.table = ProducerTable()
         self.map_end_offset = 0
         self._ongoing: dict[int, int] = {}
@@ -297,10 +299,11 @@ class ProducerStateManager:
             reason = str(exc)
             log.warning("%s: snapshot %d is corrupt (%s); using an older one", self.directory, offset, reason)
             self.load_report.corrupt_snapshots.append((offset, reason))
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
+            if not self.read_only:
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
             return None
 
     def _reset(self, table: ProducerTable, map_end_offset: int) -> None:
@@ -352,7 +355,7 @@ class ProducerStateManager:
             return report
         if start < log_end_offset:
             report.replayed_from = start
-            self._replay_range(segments, start, log_end_offset, fmt)
+            self.replay_range(segments, start, log_end_offset, fmt)
         self.map_end_offset = log_end_offset
         return report
 
@@ -367,7 +370,7 @@ class ProducerStateManager:
         start = self.load_snapshot_at_or_below(base_offset, log_start_offset, now_ms)
         report.replayed_from = start
         if start < base_offset:
-            self._replay_range(segments, start, base_offset, fmt)
+            self.replay_range(segments, start, base_offset, fmt)
         for segment in segments:
             if segment.base_offset >= base_offset:
                 segment.txn_index.reset()
@@ -396,8 +399,9 @@ class ProducerStateManager:
         self._remove_stray_snapshots(segments, log_start_offset, log_end_offset)
         self.map_end_offset = log_end_offset
 
-    def _replay_range(self, segments, start: int, end: int, fmt) -> None:
-        # Bookkeeping only: these segments keep their .txnindex files.
+    def replay_range(self, segments, start: int, end: int, fmt, aborted: list | None = None) -> None:
+        """Apply the batches of [start, end) from `segments`; transactions they abort are added to
+        `aborted` when it is given (the segments' `.txnindex` files are never written)."""
         for segment, _ in segments_between(segments, start, end):
             found = segment.translate_offset(start) if start > segment.base_offset else None
             position = found.position if found is not None else 0
@@ -409,7 +413,7 @@ class ProducerStateManager:
                 if batch.base_offset >= end:
                     return
                 if batch.last_offset >= start:
-                    self.replay(batch, read_marker)
+                    self.replay(batch, read_marker, aborted)
                     self.load_report.replayed_batches += batch.producer_id >= 0
 
     def expire(self, now_ms: int | None = None) -> list[int]:

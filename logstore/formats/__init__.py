@@ -17,6 +17,8 @@ layer uses exactly these:
   `read_marker(buf, pos)` (a control batch's type and coordinator epoch):
   producer state and transactions;
 - `decode_entry(buf, entry)`: records for reads and timestamp lookups;
+- `column_builder(...)` and `add_columns(builder, buf, entry, start, end)`:
+  records straight into Arrow-ready columns, for scans (`logstore.reader`);
 - `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes.
 
 Segment, index and recovery code asks the format, never the bytes, which is

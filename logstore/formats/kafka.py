@@ -157,6 +157,21 @@ def decode_entry(buf, entry: Entry, *, verify_crc: bool = True,
                           max_decompressed=max_decompressed)
 
 
+def column_builder(*, headers: bool = False, timestamp_types: bool = False) -> ColumnarBuilder:
+    """A builder that gathers the records of many entries into Arrow-ready columns."""
+    return ColumnarBuilder(headers=headers, timestamp_types=timestamp_types)
+
+
+def add_columns(builder: ColumnarBuilder, buf, entry: Entry, start_offset: int, end_offset: int) -> bool:
+    """Add the records of an entry `iter_entries` yielded (its CRC already checked) with offsets in
+    [start_offset, end_offset) to `builder`; False for a legacy entry, which the caller decodes."""
+    if isinstance(entry, LegacyEntry):
+        return False
+    builder.add_batch(buf, entry.position, start_offset=start_offset, end_offset=end_offset,
+                      skip_control=False, verify_crc=False)
+    return True
+
+
 def entry_end(entry: Entry) -> int:
     """The byte position just after an entry."""
     return entry.position + entry.size_in_bytes

@@ -1,0 +1,356 @@
+"""Read-only, point-in-time views of a data directory, for readers beside the process that writes it.
+
+A view never writes: no recovery, no index rebuild, no snapshot clean-up,
+so it may be opened on a directory a running broker is appending to (Spark
+scans, tools). It is fixed when opened: the high watermark is the end of
+the last whole batch then; the last stable offset comes from the newest
+producer snapshot plus a replay of the log after it; the aborted
+transactions from the `.txnindex` files plus that replay (a marker just
+written may not have its index entry yet).
+
+A `PartitionScan` is the picklable plan for one range of offsets: a worker
+in another process reads it without a view, opening only the segments the
+range touches, and gets Arrow record batches (pyarrow is imported then).
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Iterable, Iterator
+
+from logstore.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpoint
+from logstore.errors import CorruptRecordError, InvalidTopicError, OffsetOutOfRangeError, SegmentDeletedError, StorageError
+from logstore.formats import DEFAULT_FORMAT
+from logstore.index import AbortedTxn
+from logstore.log import parse_partition_dir
+from logstore.producer_state import ProducerStateManager
+from logstore.read_committed import CommittedFilter, check_isolation
+from logstore.segment import LogSegment
+from logstore.topics import validate_topic_name
+
+__all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
+
+_SEGMENT = re.compile(r"^(\d{20})\.log$")
+_DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
+# Reads take a few MiB per pread: fewer syscalls, and the builder copies out of each chunk at once.
+SCAN_CHUNK_BYTES = 4 << 20
+DEFAULT_BATCH_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class SegmentSpan:
+    """One segment as the view saw it: offsets [base_offset, end_offset), bytes, largest timestamp
+    (-1 when unknown: the newest segment's time index trails its appends)."""
+
+    base_offset: int
+    end_offset: int
+    size: int
+    max_timestamp: int
+
+
+class PartitionView:
+    """One `<topic>-<partition>` directory as it was when opened; never writes to it."""
+
+    def __init__(self, directory: str, segments: list[LogSegment], *, log_start_offset: int,
+                 high_watermark: int, last_stable_offset: int, aborted: list[AbortedTxn], fmt=DEFAULT_FORMAT):
+        self.directory = directory
+        self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
+        self.log_start_offset = log_start_offset
+        self.high_watermark = high_watermark
+        self.last_stable_offset = last_stable_offset
+        self.aborted = tuple(aborted)
+        self.format = fmt
+        self._segments = segments
+        ends = [s.base_offset for s in segments[1:]] + [high_watermark]
+        self.segments = tuple(
+            SegmentSpan(s.base_offset, end, s.size, s.max_timestamp if i + 1 < len(segments) else -1)
+            for i, (s, end) in enumerate(zip(segments, ends)))
+
+    @classmethod
+    def open(cls, directory: str, *, log_start_offset: int = 0, fmt=DEFAULT_FORMAT) -> "PartitionView":
+        """View a partition directory (`log_start_offset` from the log dir's checkpoint, if known)."""
+        directory = os.path.abspath(directory)
+        segments = _open_segments(directory, fmt)
+        try:
+            if not segments:
+                return cls(directory, [], log_start_offset=log_start_offset, high_watermark=log_start_offset,
+                           last_stable_offset=log_start_offset, aborted=[], fmt=fmt)
+            high_watermark = _written_end(segments[-1], fmt)
+            log_start_offset = min(max(log_start_offset, segments[0].base_offset), high_watermark)
+            producers = ProducerStateManager(directory, read_only=True)
+            replayed: list[AbortedTxn] = []
+            start = producers.load_snapshot_at_or_below(high_watermark, log_start_offset)
+            if start < high_watermark:
+                producers.replay_range(segments, start, high_watermark, fmt, replayed)
+            unstable = producers.first_unstable_offset()
+            lso = high_watermark if unstable is None or unstable >= high_watermark \
+                else max(unstable, log_start_offset)
+            aborted = _merge_aborted([t for s in segments for t in s.txn_index.entries], replayed)
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        return cls(directory, segments, log_start_offset=log_start_offset, high_watermark=high_watermark,
+                   last_stable_offset=lso, aborted=aborted, fmt=fmt)
+
+    def end_offset(self, isolation: str) -> int:
+        """Where a scan at `isolation` ends: the last stable offset for read_committed, else the high
+        watermark."""
+        return self.last_stable_offset if check_isolation(isolation) else self.high_watermark
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record has a timestamp at or after `timestamp`; None if none has."""
+        for segment, span in zip(self._segments, self.segments):
+            if 0 <= span.max_timestamp < timestamp or span.end_offset <= self.log_start_offset:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is not None:
+                return found[0] if found[0] < self.high_watermark else None
+        return None
+
+    def scan(self, start: int, end: int, isolation: str) -> "PartitionScan":
+        """The plan for reading offsets [start, end) at `isolation`; OffsetOutOfRangeError outside
+        [log start offset, end_offset(isolation)]."""
+        committed = check_isolation(isolation)
+        upper = self.end_offset(isolation)
+        if not self.log_start_offset <= start <= end <= upper:
+            raise OffsetOutOfRangeError(f"{self.topic}-{self.partition}: offsets [{start}, {end}) are outside "
+                                        f"[{self.log_start_offset}, {upper}) at {isolation}")
+        bases = tuple(s.base_offset for s in self.segments if s.base_offset < end and s.end_offset > start)
+        aborted = tuple(t for t in self.aborted if t.last_offset >= start and t.first_offset < end) \
+            if committed else ()
+        return PartitionScan(self.directory, start, end, bases, committed, aborted)
+
+    def segments_between(self, start: int, end: int) -> list[SegmentSpan]:
+        """The segments holding offsets in [start, end)."""
+        return [s for s in self.segments if s.base_offset < end and s.end_offset > start]
+
+    def close(self) -> None:
+        """Close the files the view holds."""
+        for segment in self._segments:
+            segment.close()
+        self._segments = []
+
+    def __enter__(self) -> "PartitionView":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"PartitionView({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"lso={self.last_stable_offset}, hw={self.high_watermark}, segments={len(self.segments)})")
+
+
+@dataclass(frozen=True)
+class PartitionScan:
+    """Offsets [start, end) of one partition, with what a worker needs to read them alone."""
+
+    directory: str
+    start: int
+    end: int
+    bases: tuple[int, ...]
+    """The segments holding the range, by base offset."""
+    committed: bool
+    aborted: tuple[AbortedTxn, ...] = ()
+    """read_committed: the aborted transactions overlapping the range."""
+
+    @property
+    def topic_partition(self) -> tuple[str, int]:
+        """(topic, partition) from the directory name."""
+        return parse_partition_dir(os.path.basename(self.directory))
+
+    def split(self, pieces: int) -> list["PartitionScan"]:
+        """The range cut into `pieces` of about equal offset counts (never empty ones)."""
+        count = self.end - self.start
+        pieces = max(1, min(pieces, count))
+        cuts = [self.start + count * i // pieces for i in range(pieces)] + [self.end]
+        return [self.narrow(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
+
+    def narrow(self, start: int, end: int) -> "PartitionScan":
+        """The part of this scan inside [start, end)."""
+        start, end = max(start, self.start), min(end, self.end)
+        end = max(start, end)
+        bases = self.bases
+        keep = [b for i, b in enumerate(bases) if b < end and (i + 1 == len(bases) or bases[i + 1] > start)]
+        aborted = tuple(t for t in self.aborted if t.last_offset >= start and t.first_offset < end)
+        return PartitionScan(self.directory, start, end, tuple(keep), self.committed, aborted)
+
+    def read_arrow(self, *, headers: bool = False, timestamp_types: bool = False,
+                   batch_rows: int = DEFAULT_BATCH_ROWS, skip_deleted: bool = False,
+                   fmt=DEFAULT_FORMAT) -> Iterator:
+        """pyarrow RecordBatches (offset, timestamp in ms, key, value, then `timestampType` and
+        `headers` when asked) of the records in range, aborted transactions and control records left
+        out. A segment deleted since planning raises SegmentDeletedError, or is passed over with
+        `skip_deleted`."""
+        builder = fmt.column_builder(headers=headers, timestamp_types=timestamp_types)
+        keep = CommittedFilter(self.aborted).keep if self.committed else None
+        for entry, buf in self._entries(fmt, skip_deleted):
+            if keep is not None:
+                if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
+                    continue
+            elif getattr(entry, "is_control", False):
+                continue
+            if not fmt.add_columns(builder, buf, entry, self.start, self.end):
+                if builder.count:
+                    yield builder.finish().to_arrow()
+                yield _legacy_arrow(fmt.decode_entry(buf, entry), entry, self.start, self.end, headers,
+                                    timestamp_types)
+            elif builder.count >= batch_rows:
+                yield builder.finish().to_arrow()
+        if builder.count:
+            yield builder.finish().to_arrow()
+
+    def _entries(self, fmt, skip_deleted: bool) -> Iterator:
+        """(entry, the chunk it lies in) for every whole entry holding offsets of the range."""
+        for base in self.bases:
+            try:
+                segment = LogSegment(self.directory, base, fmt=fmt, writable=False)
+            except FileNotFoundError:
+                if skip_deleted:
+                    continue
+                raise SegmentDeletedError(
+                    f"{self.directory}: segment {base} was deleted after the scan was planned "
+                    f"(offsets [{max(base, self.start)}, ...) are gone)") from None
+            try:
+                found = segment.translate_offset(self.start) if self.start > base else None
+                position = found.position if found is not None else 0
+                while position < segment.size:
+                    buf = os.pread(segment.fd, min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                    bounds = fmt.peek_entry(buf, 0)
+                    if bounds is None or bounds.base_offset >= self.end:
+                        break
+                    if bounds.size > len(buf):  # one batch larger than a chunk
+                        buf = os.pread(segment.fd, bounds.size, position)
+                    entries, done = self._chunk_entries(fmt, buf)
+                    for entry in entries:
+                        yield entry, buf
+                    if done:
+                        return
+                    if not entries:
+                        break  # a partial tail: the writer is mid-append
+                    position += entries[-1].position + entries[-1].size_in_bytes
+            finally:
+                segment.close()
+
+    def _chunk_entries(self, fmt, buf) -> tuple[list, bool]:
+        """The whole entries of `buf` below the range's end, and whether the end was reached."""
+        found = []
+        try:
+            for entry in fmt.iter_entries(buf):
+                if entry.base_offset >= self.end:
+                    return found, True
+                found.append(entry)
+        except CorruptRecordError:
+            # Past the range a batch may still be being copied in; inside it, it is corrupt.
+            bounds = fmt.peek_entry(buf, found[-1].position + found[-1].size_in_bytes if found else 0)
+            if bounds is None or bounds.base_offset < self.end:
+                raise
+            return found, True
+        return found, False
+
+
+class StoreView:
+    """The partition directories under one or more log dirs, each viewed on demand."""
+
+    def __init__(self, log_dirs: str | Iterable[str], *, fmt=DEFAULT_FORMAT):
+        self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
+        self.format = fmt
+        self._paths: dict[tuple[str, int], str] = {}
+        self._starts: dict[tuple[str, int], int] = {}
+        for log_dir in self.log_dirs:
+            if not os.path.isdir(log_dir):
+                raise StorageError(f"{log_dir} is not a directory")
+            self._starts.update(OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).read())
+            for name in os.listdir(log_dir):
+                path = os.path.join(log_dir, name)
+                if _DELETE_DIR.fullmatch(name) or not os.path.isdir(path):
+                    continue
+                try:
+                    key = parse_partition_dir(name)
+                    validate_topic_name(key[0])
+                except (ValueError, InvalidTopicError):
+                    continue
+                self._paths[key] = path
+
+    def topics(self) -> dict[str, int]:
+        """Topic → partition count (the highest partition directory found, plus one)."""
+        found: dict[str, int] = {}
+        for topic, partition in self._paths:
+            found[topic] = max(found.get(topic, 0), partition + 1)
+        return dict(sorted(found.items()))
+
+    def partitions(self) -> list[tuple[str, int]]:
+        """Every (topic, partition) with a directory, sorted."""
+        return sorted(self._paths)
+
+    def directory(self, topic: str, partition: int) -> str:
+        """The partition's directory."""
+        try:
+            return self._paths[(topic, partition)]
+        except KeyError:
+            raise OffsetOutOfRangeError(f"no directory for {topic}-{partition} under {self.log_dirs}") from None
+
+    def view(self, topic: str, partition: int) -> PartitionView:
+        """A fresh view of one partition (close it when done)."""
+        return PartitionView.open(self.directory(topic, partition),
+                                  log_start_offset=self._starts.get((topic, partition), 0), fmt=self.format)
+
+
+def _open_segments(directory: str, fmt) -> list[LogSegment]:
+    bases = sorted(int(m.group(1)) for m in map(_SEGMENT.match, os.listdir(directory)) if m)
+    segments: list[LogSegment] = []
+    try:
+        for base in bases:
+            try:
+                segments.append(LogSegment(directory, base, fmt=fmt, writable=False))
+            except FileNotFoundError:
+                # Retention removes the oldest segments: one gone between listing and opening is
+                # simply no longer part of the log. Anywhere else it is a hole.
+                if segments:
+                    raise SegmentDeletedError(f"{directory}: segment {base} vanished while being opened") from None
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments
+
+
+def _written_end(segment: LogSegment, fmt) -> int:
+    """The offset after the last batch that is wholly written: a writer's pwrite may still be copying
+    the tail, so the batches after the last index entry are CRC-checked, and the scan ends before the
+    first that fails (a real corruption there is what recovery would truncate too)."""
+    _, position = segment.offset_index.last_entry()
+    tail = os.pread(segment.fd, segment.size - position, position)
+    end = segment.base_offset
+    try:
+        for entry in fmt.iter_entries(tail):
+            end = entry.last_offset + 1
+    except CorruptRecordError:
+        pass
+    return end
+
+
+def _merge_aborted(indexed: list[AbortedTxn], replayed: list[AbortedTxn]) -> list[AbortedTxn]:
+    seen = {(t.producer_id, t.first_offset, t.last_offset) for t in indexed}
+    merged = indexed + [t for t in replayed if (t.producer_id, t.first_offset, t.last_offset) not in seen]
+    return sorted(merged, key=lambda t: t.last_offset)
+
+
+def _legacy_arrow(records, entry, start: int, end: int, headers: bool, timestamp_types: bool):
+    """A magic 0/1 entry's records as the same Arrow columns the builder gives."""
+    import pyarrow as pa
+    kept = [r for r in records if start <= r.offset < end]
+    columns = {
+        "offset": pa.array([r.offset for r in kept], pa.int64()),
+        "timestamp": pa.array([r.timestamp for r in kept], pa.int64()),
+        "key": pa.array([r.key for r in kept], pa.binary()),
+        "value": pa.array([r.value for r in kept], pa.binary()),
+    }
+    if timestamp_types:
+        columns["timestampType"] = pa.array([1 if entry.timestamp_type == 1 else 0] * len(kept), pa.int32())
+    if headers:
+        header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+        columns["headers"] = pa.array([[] for _ in kept], header_type)
+    return pa.RecordBatch.from_pydict(columns)
