@@ -11,9 +11,9 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
 
-# The extras hold the test oracles (kafka-python) and bench peers (aiokafka).
+# The extras hold the test oracles (kafka-python), bench peers (aiokafka) and Spark.
 $(STAMP): $(BIN)/python pyproject.toml setup.py
-	$(BIN)/pip install -q --no-build-isolation -e ".[test,bench]"
+	$(BIN)/pip install -q --no-build-isolation -e ".[test,bench,spark]"
 	touch $@
 
 # Rebuilds only the Cython modules whose sources changed.
