@@ -61,6 +61,8 @@ bench: build
 	$(BIN)/python bench/txn_broker_report.py .benchmarks/broker_transactions.json
 	$(BENCH) bench/test_broker_groups.py --benchmark-json=.benchmarks/broker_groups.json
 	$(BIN)/python bench/groups_broker_report.py .benchmarks/broker_groups.json
+	$(BENCH) bench/test_spark.py --benchmark-json=.benchmarks/spark.json
+	$(BIN)/python bench/spark_report.py .benchmarks/spark.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -7,12 +7,23 @@ each test keeps its data small. Tests here carry the `spark` marker:
 """
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
+CLIENTS = HERE.parent / "clients"
+
+# The client tests' broker fixtures (`start_broker`), for tests that read what a real
+# broker wrote; their helper modules import each other by bare name.
+if str(CLIENTS) not in sys.path:
+    sys.path.append(str(CLIENTS))
+_spec = importlib.util.spec_from_file_location("clients_broker_fixtures", CLIENTS / "conftest.py")
+_clients = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_clients)
+start_broker = _clients.start_broker
 
 
 def pytest_configure(config):

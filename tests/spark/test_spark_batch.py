@@ -10,10 +10,8 @@ whose rows and task count must match.
 from __future__ import annotations
 
 import datetime as dt
-import importlib.util
 import json
 import random
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,13 +37,6 @@ TESTS = Path(__file__).resolve().parents[1]
 VECTOR_DIR = TESTS.parent.parent / "shared" / "spec" / "vectors" / "segment_txn"
 TIMEOUT = 15.0  # s: a bound on any single wait on the broker
 
-# The client tests' broker fixtures; their modules import each other by bare name.
-if str(TESTS / "clients") not in sys.path:
-    sys.path.append(str(TESTS / "clients"))
-_spec = importlib.util.spec_from_file_location("clients_broker_fixtures", TESTS / "clients" / "conftest.py")
-_clients = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_clients)
-start_broker = _clients.start_broker
 
 ORDERS_PARTITIONS = 3
 PRODUCERS = (1000, 1001, 1002)
