@@ -87,10 +87,7 @@ Speed is reported, not asserted; correctness is asserted.
 from __future__ import annotations
 
 import cProfile
-import io
 import itertools
-import os
-import pstats
 import re
 import shutil
 import struct
@@ -103,6 +100,7 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
+from profiles import profile_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from crc32c import crc32c
@@ -623,21 +621,6 @@ def _check_loaded(coordinator: GroupCoordinator, loaded: int, state: str) -> Non
         assert found == {(topic, p): _offset(number, p) for p in range(LOAD_PARTITIONS)}, group_id
 
 
-_REPO = str(Path(__file__).resolve().parent.parent) + os.sep
-
-
-def _profile_rows(profile: cProfile.Profile, key: str) -> list[dict]:
-    """The PROFILE_TOP functions by `key` ("tottime" or "cumulative"): calls, own and cumulative seconds."""
-    stats = pstats.Stats(profile, stream=io.StringIO())
-    stats.sort_stats(key)
-    rows = []
-    for func in stats.fcn_list[:PROFILE_TOP]:
-        primitive, calls, own, cumulative, _ = stats.stats[func]
-        filename, line, name = func
-        where = f"{os.path.relpath(filename, _REPO)}:{line}" if filename.startswith(_REPO) else \
-            f"{os.path.basename(filename)}:{line}" if line else "~"
-        rows.append({"function": f"{where}({name})", "calls": calls, "tottime_s": own, "cumtime_s": cumulative})
-    return rows
 
 
 def test_coordinator_load(benchmark, offsets_dir):
@@ -665,8 +648,8 @@ def test_coordinator_load(benchmark, offsets_dir):
         started = time.perf_counter()
         profile.runcall(coordinator.load)
         benchmark.extra_info.update(profiled_seconds=time.perf_counter() - started,
-                                    profile_tottime=_profile_rows(profile, "tottime"),
-                                    profile_cumulative=_profile_rows(profile, "cumulative"))
+                                    profile_tottime=profile_rows(profile, "tottime", PROFILE_TOP),
+                                    profile_cumulative=profile_rows(profile, "cumulative", PROFILE_TOP))
     finally:
         store.close()
     benchmark.extra_info["seconds"] = list(benchmark.stats.stats.data)

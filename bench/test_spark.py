@@ -68,9 +68,7 @@ from __future__ import annotations
 
 import cProfile
 import datetime as dt
-import io
 import os
-import pstats
 import random
 import shutil
 import sys
@@ -80,6 +78,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from profiles import profile_rows
 
 import logstore
 import logstore.formats.kafka as K
@@ -413,21 +412,6 @@ def test_filter(benchmark, spark, data, column, side):
 # 3. One read task in this process (and its profile); Spark's floor for Arrow from Python
 
 
-_REPO = str(Path(__file__).resolve().parent.parent) + os.sep
-
-
-def _profile_rows(profile: cProfile.Profile, key: str) -> list[dict]:
-    """The PROFILE_TOP functions by `key` ("tottime" or "cumulative"): calls, own and cumulative seconds."""
-    stats = pstats.Stats(profile, stream=io.StringIO())
-    stats.sort_stats(key)
-    rows = []
-    for func in stats.fcn_list[:PROFILE_TOP]:
-        _, calls, own, cumulative, _ = stats.stats[func]
-        filename, line, name = func
-        where = f"{os.path.relpath(filename, _REPO)}:{line}" if filename.startswith(_REPO) else \
-            f"{os.path.basename(filename)}:{line}" if line else "~"
-        rows.append({"function": f"{where}({name})", "calls": calls, "tottime_s": own, "cumtime_s": cumulative})
-    return rows
 
 
 def read_task(task: TaskRange) -> int:
@@ -450,8 +434,8 @@ def test_read_task_in_process(benchmark, data):
     started = time.perf_counter()
     assert profile.runcall(read_task, task) == task.offsets
     benchmark.extra_info.update(profiled_seconds=time.perf_counter() - started,
-                                profile_tottime=_profile_rows(profile, "tottime"),
-                                profile_cumulative=_profile_rows(profile, "cumulative"))
+                                profile_tottime=profile_rows(profile, "tottime", PROFILE_TOP),
+                                profile_cumulative=profile_rows(profile, "cumulative", PROFILE_TOP))
 
 
 class ArrowFloorSource(DataSource):

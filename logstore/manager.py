@@ -49,7 +49,7 @@ from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topi
 
 log = logging.getLogger(__name__)
 
-_DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
+DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
 # Kafka's intervals for the background jobs (broker config names).
 SCHEDULE_DEFAULTS = {
     "log.retention.check.interval.ms": 300_000,
@@ -60,6 +60,16 @@ SCHEDULE_DEFAULTS = {
     "producer.id.expiration.ms": 86_400_000,
     "producer.id.expiration.check.interval.ms": 600_000,
 }
+
+
+def partition_key(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a `<topic>-<partition>` directory name, None for any other name."""
+    try:
+        key = parse_partition_dir(name)
+        validate_topic_name(key[0])
+    except (ValueError, InvalidTopicError):
+        return None
+    return key
 
 
 @dataclass(frozen=True)
@@ -119,13 +129,11 @@ class LogManager:
                 path = os.path.join(log_dir, name)
                 if not os.path.isdir(path):
                     continue
-                if _DELETE_DIR.fullmatch(name):
+                if DELETE_DIR.fullmatch(name):
                     shutil.rmtree(path, ignore_errors=True)
                     continue
-                try:
-                    key = parse_partition_dir(name)
-                    validate_topic_name(key[0])
-                except (ValueError, InvalidTopicError):
+                key = partition_key(name)
+                if key is None:
                     continue
                 jobs.append((log_dir, path, key, clean, recovery.get(key, 0), starts.get(key, 0)))
         self._load_topic_configs({job[2][0] for job in jobs})

@@ -20,19 +20,18 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator
 
 from logstore.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpoint
-from logstore.errors import CorruptRecordError, InvalidTopicError, OffsetOutOfRangeError, SegmentDeletedError, StorageError
+from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentDeletedError, StorageError
 from logstore.formats import DEFAULT_FORMAT
 from logstore.index import AbortedTxn
 from logstore.log import parse_partition_dir
+from logstore.manager import DELETE_DIR, partition_key
 from logstore.producer_state import ProducerStateManager
 from logstore.read_committed import CommittedFilter, check_isolation
 from logstore.segment import LogSegment
-from logstore.topics import validate_topic_name
 
 __all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
 
 _SEGMENT = re.compile(r"^(\d{20})\.log$")
-_DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
 # Reads take a few MiB per pread: fewer syscalls, and the builder copies out of each chunk at once.
 SCAN_CHUNK_BYTES = 4 << 20
 DEFAULT_BATCH_ROWS = 1 << 16
@@ -265,14 +264,9 @@ class StoreView:
             self._starts.update(OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).read())
             for name in os.listdir(log_dir):
                 path = os.path.join(log_dir, name)
-                if _DELETE_DIR.fullmatch(name) or not os.path.isdir(path):
-                    continue
-                try:
-                    key = parse_partition_dir(name)
-                    validate_topic_name(key[0])
-                except (ValueError, InvalidTopicError):
-                    continue
-                self._paths[key] = path
+                key = None if DELETE_DIR.fullmatch(name) or not os.path.isdir(path) else partition_key(name)
+                if key is not None:
+                    self._paths[key] = path
 
     def topics(self) -> dict[str, int]:
         """Topic → partition count (the highest partition directory found, plus one)."""
