@@ -14,21 +14,16 @@ reads are a pwrite or pread each, and large Fetch records go out by sendfile.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import os
 import signal
 import struct
-import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 from logstore.broker.api import REGISTRY, Request, load_all
 from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
 from logstore.broker.config import BrokerConfig
-from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
-from logstore.broker.coordinator.transaction import INTERNAL_TOPICS, TransactionCoordinator, TxnConfig
-from logstore.broker.producer_ids import ProducerIdAllocator
+from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
+from logstore.broker.node import Node
 from logstore.broker.protocol import (
     ErrorCode,
     HeldSlice,
@@ -40,15 +35,12 @@ from logstore.broker.protocol import (
     peek_api,
     read_header_only,
 )
-from logstore.checkpoints import write_atomically
 from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError
-from logstore.manager import LogManager
 from logstore.native.wire import WireError, decode_produce
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-META_PROPERTIES = "meta.properties"
 PRODUCE = 0
 # Below this a file range is read and written like any bytes; above, sendfile's
 # pause of the connection's reads costs less than the copy through user space.
@@ -58,52 +50,21 @@ IDLE = "connections.max.idle.ms"
 COORDINATOR_THREADS = 16
 
 
-def _cluster_id(log_dir: str, node_id: int) -> str:
-    """The cluster id in `meta.properties` (Kafka's file), made once per log dir."""
-    path = os.path.join(log_dir, META_PROPERTIES)
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.strip().partition("=")
-                if key == "cluster.id":
-                    return value
-    except FileNotFoundError:
-        pass
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-    write_atomically(path, f"version=1\ncluster.id={cluster_id}\nnode.id={node_id}\n".encode("utf-8"))
-    return cluster_id
-
-
 class Broker:
-    """A single-node Kafka broker: the store, the handlers, the listening socket."""
+    """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening socket."""
 
     def __init__(self, config: BrokerConfig):
         self.config = config
-        self.node_id = config["node.id"]
         load_all()
-        settings = {k: v for k, v in config.settings.items() if "." in k}
-        self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
-        self.cluster_id = _cluster_id(config.log_dirs[0], self.node_id)
-        self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
-        # Before the coordinators load: loading a group with members sets its session timers.
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.transactions = TransactionCoordinator(self.store, self.producer_ids.allocate,
-                                                   TxnConfig.from_settings(config.settings),
-                                                   on_markers=self._markers_written)
-        loaded = self.transactions.load()
-        if loaded:
-            log.info("transaction coordinator loaded %d transactional ids", loaded)
-        self.groups = GroupCoordinator(self.store, self.transactions, GroupConfig.from_settings(config.settings),
-                                       on_timer=self._group_deadline_set)
-        self.transactions.on_offsets_marker = self.groups.complete_txn_offsets
-        started = time.monotonic()
-        loaded = self.groups.load()
-        if loaded:
-            log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
-        self._group_wake = asyncio.Event()
+        self.node = Node(config, on_appended=self._appended_elsewhere)
+        self.node_id = self.node.node_id
+        self.cluster_id = self.node.cluster_id
+        self.store = self.node.store
+        self.producer_ids = self.node.producer_ids
+        self.transactions = self.node.transactions
+        self.groups = self.node.groups
         self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
-        self._upkeep: asyncio.Task | None = None
-        self._group_upkeep: asyncio.Task | None = None
         self.closing = False
         self._appended = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -139,63 +100,14 @@ class Broker:
         self._appended.set()
         self._appended = asyncio.Event()
 
-    def _markers_written(self) -> None:
-        # Called from a coordinator thread: read_committed fetches may move past the new LSO.
+    def _appended_elsewhere(self) -> None:
+        # Called from a coordinator thread (markers written): read_committed fetches may pass the new LSO.
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.notify_appended)
-
-    def _group_deadline_set(self) -> None:
-        # Called from any thread, under the group coordinator's lock: the upkeep task must look again.
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._group_wake.set)
-
-    async def _run_group_deadlines(self) -> None:
-        """Act on group deadlines (sessions, join phases) as they come, and expire old offsets every
-        `offsets.retention.check.interval.ms`."""
-        loop = asyncio.get_running_loop()
-        check_every = self.config["offsets.retention.check.interval.ms"] / 1000
-        next_check = loop.time() + check_every
-        groups = self.groups
-        while not self.closing:
-            self._group_wake.clear()
-            wake_at = await self.coordinate(groups.poll)
-            if loop.time() >= next_check:
-                expired = await self.coordinate(groups.expire_offsets)
-                if expired:
-                    log.info("expired %d committed offsets (offsets.retention.minutes)", expired)
-                next_check = loop.time() + check_every
-            timeout = next_check - loop.time()
-            if wake_at is not None:
-                timeout = min(timeout, max(wake_at / 1000 - time.time(), 0))
-            try:
-                await asyncio.wait_for(self._group_wake.wait(), timeout)
-            except asyncio.TimeoutError:
-                pass
 
     async def coordinate(self, call, *args):
         """Run a (blocking) coordinator call in the coordinator pool."""
         return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, call, *args)
-
-    async def _transaction_upkeep(self) -> None:
-        """Finish decided transactions now, then abort timed-out ones and expire idle ids, as Kafka's
-        scheduler does, at `transaction.*.cleanup.interval.ms`."""
-        loop = asyncio.get_running_loop()
-        abort_every = self.config["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000
-        expire_every = self.config["transaction.remove.expired.transaction.cleanup.interval.ms"] / 1000
-        txns = self.transactions
-        finished = await self.coordinate(txns.complete_prepared)
-        if finished:
-            log.info("finished %d transactions decided before the restart: %s", len(finished), finished)
-        next_expiry = loop.time() + expire_every
-        while not self.closing:
-            await asyncio.sleep(abort_every)
-            await self.coordinate(txns.abort_timed_out)
-            await self.coordinate(txns.complete_prepared)
-            if loop.time() >= next_expiry:
-                expired = await self.coordinate(txns.expire_transactional_ids)
-                if expired:
-                    log.info("expired %d transactional ids (transactional.id.expiration.ms)", len(expired))
-                next_expiry = loop.time() + expire_every
 
     # -- serving -------------------------------------------------------------------------------
 
@@ -207,8 +119,6 @@ class Broker:
         host, port = self._server.sockets[0].getsockname()[:2]
         self._reaper = asyncio.create_task(self._close_idle_connections())
         self._loop = asyncio.get_running_loop()
-        self._upkeep = asyncio.create_task(self._transaction_upkeep())
-        self._group_upkeep = asyncio.create_task(self._run_group_deadlines())
         log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
         return host, port
 
@@ -338,7 +248,10 @@ class Broker:
                     writer.write(part.read())
 
     async def serve_until(self, stop: asyncio.Event) -> None:
-        """Serve until `stop` is set, then shut down cleanly."""
+        """Start the upkeep, serve until `stop` is set, then shut down cleanly."""
+        # Only now, after the ready line: a crash in the redo of a decided transaction is then seen
+        # by a caller that already knows the broker came up.
+        self.node.start()
         await stop.wait()
         await self.shutdown()
 
@@ -346,9 +259,8 @@ class Broker:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
         self.notify_appended()
-        for job in (self._reaper, self._upkeep, self._group_upkeep):
-            if job is not None:
-                job.cancel()
+        if self._reaper is not None:
+            self._reaper.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._connections):
@@ -356,7 +268,7 @@ class Broker:
         await asyncio.gather(*self._connections, return_exceptions=True)
         # Coordinator calls already running finish their writes before the store closes.
         await asyncio.get_running_loop().run_in_executor(None, self._coordinator_pool.shutdown)
-        self.store.close()
+        self.node.close()
         log.info("logstore broker %d stopped", self.node_id)
 
 

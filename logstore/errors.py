@@ -150,6 +150,10 @@ class StorageError(LogStoreError):
     error_name = "KAFKA_STORAGE_ERROR"
 
 
+class LogDirLockedError(StorageError):
+    """The log dir is held by another open store (its `.lock` file): one process per directory."""
+
+
 class OffsetOutOfRangeError(LogStoreError):
     """A read or lookup outside [log start offset, log end offset]."""
 

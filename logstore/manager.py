@@ -35,6 +35,7 @@ from logstore.checkpoints import (
     write_partition_metadata,
 )
 from logstore.config import LogConfig
+from logstore.dir_lock import DirLock
 from logstore.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
@@ -103,15 +104,23 @@ class LogManager:
         self._stored_overrides: dict[str, dict[str, Any]] = {}
         self._config_generation = 0
         self._logs: dict[tuple[str, int], Log] = {}
+        # Bumped whenever partitions come or go: clients cache partition counts until it moves.
+        self.topics_version = 0
         self._topic_ids: dict[str, bytes] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._closed = False
         self.reports = []
-        for d in self.log_dirs:
-            os.makedirs(d, exist_ok=True)
-        self._load_all()
+        self._dir_locks: list[DirLock] = []
+        try:
+            for d in self.log_dirs:
+                os.makedirs(d, exist_ok=True)
+                self._dir_locks.append(DirLock(d))
+            self._load_all()
+        except BaseException:
+            self._release_dirs()
+            raise
         if start_scheduler:
             self._scheduler = threading.Thread(target=self._run_schedule, name="logstore-scheduler", daemon=True)
             self._scheduler.start()
@@ -244,6 +253,7 @@ class LogManager:
             write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
             opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
         self._logs.update(opened)
+        self.topics_version += 1
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow a topic to `total` partitions."""
@@ -270,6 +280,7 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             for key in keys:
                 doomed = self._logs.pop(key)
+                self.topics_version += 1
                 doomed.close()
                 renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
                 os.rename(doomed.directory, renamed)
@@ -374,18 +385,26 @@ class LogManager:
         if self._scheduler is not None:
             self._scheduler.join()
         unclean: dict[str, StorageError] = {}
-        for opened in self._logs.values():
-            try:
-                opened.close()
-            except StorageError as exc:
-                unclean.setdefault(os.path.dirname(opened.directory), exc)
-        self.checkpoint()
-        # A directory holding a log that failed to flush is recovered on the next open.
-        for log_dir in self.log_dirs:
-            if log_dir not in unclean:
-                write_clean_shutdown_marker(log_dir)
+        try:
+            for opened in self._logs.values():
+                try:
+                    opened.close()
+                except StorageError as exc:
+                    unclean.setdefault(os.path.dirname(opened.directory), exc)
+            self.checkpoint()
+            # A directory holding a log that failed to flush is recovered on the next open.
+            for log_dir in self.log_dirs:
+                if log_dir not in unclean:
+                    write_clean_shutdown_marker(log_dir)
+        finally:
+            self._release_dirs()
         if unclean:
             raise next(iter(unclean.values()))
+
+    def _release_dirs(self) -> None:
+        for held in self._dir_locks:
+            held.release()
+        self._dir_locks.clear()
 
     def __enter__(self) -> "LogManager":
         return self

@@ -19,7 +19,9 @@ layer uses exactly these:
 - `decode_entry(buf, entry)`: records for reads and timestamp lookups;
 - `column_builder(...)` and `add_columns(builder, buf, entry, start, end)`:
   records straight into Arrow-ready columns, for scans (`logstore.reader`);
-- `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes.
+- `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes;
+  `BatchBuilder(...)` and `increment_sequence(seq, n)`: batches an
+  in-process producer fills record by record.
 
 Segment, index and recovery code asks the format, never the bytes, which is
 what lets the format change. Kafka's v2 (reading v0/v1 too) is the default.

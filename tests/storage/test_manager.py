@@ -25,7 +25,7 @@ def test_illegal_topic_names_are_refused(tmp_path, name):
     with logstore.open(str(tmp_path)) as store:
         with pytest.raises(InvalidTopicError):
             store.create_topic(name)
-    assert sorted(os.listdir(tmp_path)) == [".kafka_cleanshutdown", "log-start-offset-checkpoint",
+    assert sorted(os.listdir(tmp_path)) == [".kafka_cleanshutdown", ".lock", "log-start-offset-checkpoint",
                                             "recovery-point-offset-checkpoint"]
 
 
@@ -77,7 +77,9 @@ def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
     for i in range(5):
         log.append_records([b"y" * 20])
     flushed = log.recovery_point
-    # Simulate a crash: drop the objects without closing (no marker, no trim).
+    # Simulate a crash: drop the objects without closing (no marker, no trim); the kernel
+    # would drop the dead process's lock on the directory.
+    store._release_dirs()
     with logstore.open(str(tmp_path)) as reopened:
         report = reopened.log("t").recovery_report
         assert not report.clean_shutdown
@@ -97,6 +99,7 @@ def test_truncation_rewrites_the_recovery_point_checkpoint_at_once(tmp_path):
     # Unflushed appends above the truncation point, then a crash: recovery scans them.
     for i in range(30):
         log.append_records([b"z" * 20])
+    store._release_dirs()  # the crash drops the directory lock
     with logstore.open(str(tmp_path)) as reopened:
         report = reopened.log("t").recovery_report
         assert min(report.recovered_segments) <= 40

@@ -1,0 +1,97 @@
+"""Which partition a record goes to: Kafka's default partitioner.
+
+A record with a key goes to `toPositive(murmur2(key)) % partitions`, the
+Java client's formula, so an embedded producer and a Java, librdkafka
+(`murmur2_random`) or kafka-python producer put a key in the same
+partition. A record without one sticks to a partition until that
+partition's batch is written, then moves on (KIP-480's sticky partitioner),
+so unkeyed records still fill batches.
+"""
+from __future__ import annotations
+
+import random
+import struct
+
+from logstore.errors import UnknownTopicOrPartitionError
+
+_M = 0x5BD1E995
+_SEED = 0x9747B28C
+_MASK = 0xFFFFFFFF
+_WORDS = struct.Struct("<I")
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's `Utils.murmur2` as an unsigned 32-bit value."""
+    length = len(data)
+    h = (_SEED ^ length) & _MASK
+    whole = length & ~3
+    for (k,) in _WORDS.iter_unpack(data[:whole]):
+        k = (k * _M) & _MASK
+        k ^= k >> 24
+        k = (k * _M) & _MASK
+        h = ((h * _M) & _MASK) ^ k
+    tail = length & 3
+    if tail == 3:
+        h ^= data[whole + 2] << 16
+    if tail >= 2:
+        h ^= data[whole + 1] << 8
+    if tail >= 1:
+        h ^= data[whole]
+        h = (h * _M) & _MASK
+    h ^= h >> 13
+    h = (h * _M) & _MASK
+    return h ^ (h >> 15)
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives `key`."""
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+class Partitioner:
+    """Partition counts cached from the store (refreshed when its topics change), and the sticky choice."""
+
+    def __init__(self, store, auto_create: bool, default_partitions: int):
+        self._store = store
+        self._auto_create = auto_create
+        self._default_partitions = default_partitions
+        self._counts: dict[str, int] = {}
+        self._version = -1
+        self._sticky: dict[str, int] = {}
+
+    def count(self, topic: str) -> int:
+        """How many partitions `topic` has; a missing topic is created when auto.create.topics.enable is on."""
+        store = self._store
+        if store.topics_version != self._version:
+            self._counts.clear()
+            self._version = store.topics_version
+        count = self._counts.get(topic)
+        if count is None:
+            count = store.topics().get(topic)
+            if count is None:
+                if not self._auto_create:
+                    raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
+                count = store.create_topic(topic, self._default_partitions).partitions
+            self._counts[topic] = count
+        return count
+
+    def partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The partition of a record: the one asked for, the key's, or the topic's sticky one."""
+        count = self.count(topic)
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise UnknownTopicOrPartitionError(f"{topic} has {count} partitions; there is no {partition}")
+            return partition
+        if key is not None:
+            return partition_for_key(key, count)
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky >= count:
+            sticky = self._sticky[topic] = random.randrange(count)
+        return sticky
+
+    def batch_written(self, tp: tuple[str, int]) -> None:
+        """`tp`'s batch went to the log: unkeyed records of its topic move on to another partition."""
+        topic, p = tp
+        if self._sticky.get(topic) == p:
+            count = self._counts.get(topic, 1)
+            self._sticky[topic] = (p + 1 + random.randrange(count - 1)) % count if count > 1 else 0

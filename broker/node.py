@@ -1,0 +1,211 @@
+"""A node: the store, the producer ids and the coordinators over one data directory, and their upkeep.
+
+The broker puts a socket server in front of a node; an embedding
+application drives one directly (`logstore.broker.embedded`). Either way the
+same objects decide: the coordinators never know who called them.
+
+The upkeep thread does what Kafka's broker schedules: it acts on group
+deadlines (sessions, join phases) as they come, aborts transactions past their
+timeout and finishes decided ones, expires idle transactional ids and old
+committed offsets, and gives every registered in-process client a tick (a
+producer's linger, a consumer's heartbeat). Each job may block on an fsync;
+a job that fails is logged and tried again at its next turn, so one bad
+write never stops the others.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Any, Callable, Protocol
+
+from logstore.broker.config import BrokerConfig
+from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
+from logstore.broker.producer_ids import ProducerIdAllocator
+from logstore.checkpoints import write_atomically
+from logstore.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+META_PROPERTIES = "meta.properties"
+
+
+class Ticking(Protocol):
+    """An in-process client with timed work: `tick(now_ms)` does what is due, returns when to call again."""
+
+    def tick(self, now_ms: int) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+def cluster_id(log_dir: str, node_id: int) -> str:
+    """The cluster id in `meta.properties` (Kafka's file), made once per log dir."""
+    path = os.path.join(log_dir, META_PROPERTIES)
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition("=")
+                if key == "cluster.id":
+                    return value
+    except FileNotFoundError:
+        pass
+    made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode("utf-8"))
+    return made
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class Node:
+    """The store and coordinators of one data directory, with the thread that keeps them."""
+
+    def __init__(self, config: BrokerConfig, *, on_appended: Callable[[], None] | None = None):
+        self.config = config
+        self.node_id = config["node.id"]
+        settings = {k: v for k, v in config.settings.items() if "." in k}
+        # Opening the store takes the directory's lock: nothing below runs for a second process.
+        self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
+        try:
+            self.cluster_id = cluster_id(config.log_dirs[0], self.node_id)
+            self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+            self._on_appended = on_appended or (lambda: None)
+            self._wake = threading.Condition()
+            self._woken = False
+            self._closing = False
+            self._clients: list[Ticking] = []
+            # Appends and markers bump this; in-process consumers wait on it for data.
+            self.appended = threading.Condition()
+            self.append_count = 0
+            self.transactions = TransactionCoordinator(self.store, self.producer_ids.allocate,
+                                                       TxnConfig.from_settings(config.settings),
+                                                       on_markers=self.notify_appended)
+            loaded = self.transactions.load()
+            if loaded:
+                log.info("transaction coordinator loaded %d transactional ids", loaded)
+            # Before loading: a loaded group with members sets session timers, which wake the upkeep.
+            self.groups = GroupCoordinator(self.store, self.transactions, GroupConfig.from_settings(config.settings),
+                                           on_timer=self.wake)
+            self.transactions.on_offsets_marker = self.groups.complete_txn_offsets
+            started = time.monotonic()
+            loaded = self.groups.load()
+            if loaded:
+                log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
+        except BaseException:
+            self.store.close()
+            raise
+        self._upkeep = threading.Thread(target=self._run_upkeep, name="logstore-upkeep", daemon=True)
+
+    def start(self) -> "Node":
+        """Start the upkeep thread; returns the node."""
+        self._upkeep.start()
+        return self
+
+    # -- what clients and handlers use ---------------------------------------------------------
+
+    def notify_appended(self) -> None:
+        """Records or markers were appended: wake whoever waits for data."""
+        with self.appended:
+            self.append_count += 1
+            self.appended.notify_all()
+        self._on_appended()
+
+    def add_client(self, client: Ticking) -> None:
+        """Give an in-process client its ticks from now on."""
+        with self._wake:
+            self._clients.append(client)
+        self.wake()
+
+    def remove_client(self, client: Ticking) -> None:
+        """No more ticks for `client`."""
+        with self._wake:
+            if client in self._clients:
+                self._clients.remove(client)
+
+    def wake(self) -> None:
+        """Make the upkeep look at its deadlines again (one moved earlier); callable from any thread."""
+        with self._wake:
+            self._woken = True
+            self._wake.notify()
+
+    # -- upkeep ------------------------------------------------------------------------------
+
+    def _run_upkeep(self) -> None:
+        settings = self.config.settings
+        intervals = {
+            "abort": settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"],
+            "expire_ids": settings["transaction.remove.expired.transaction.cleanup.interval.ms"],
+            "expire_offsets": settings["offsets.retention.check.interval.ms"],
+        }
+        txns, groups = self.transactions, self.groups
+        jobs = {
+            "abort": lambda: (txns.abort_timed_out(), txns.complete_prepared()),
+            "expire_ids": lambda: _logged(txns.expire_transactional_ids(),
+                                          "expired %d transactional ids (transactional.id.expiration.ms)"),
+            "expire_offsets": lambda: _logged(groups.expire_offsets(),
+                                              "expired %d committed offsets (offsets.retention.minutes)"),
+        }
+        self._guarded("finish decided transactions", lambda: _logged(
+            txns.complete_prepared(), "finished %d transactions decided before the restart"))
+        now = _now_ms()
+        due = {name: now + every for name, every in intervals.items()}
+        while True:
+            with self._wake:
+                if self._closing:
+                    return
+                self._woken = False
+                clients = list(self._clients)
+            now = _now_ms()
+            deadlines = [self._guarded("group deadlines", groups.poll)]
+            for name, at in due.items():
+                if now >= at:
+                    self._guarded(name, jobs[name])
+                    due[name] = now + intervals[name]
+                deadlines.append(due[name])
+            for client in clients:
+                deadlines.append(self._guarded(f"tick of {client!r}", lambda: client.tick(_now_ms())))
+            wake_at = min(d for d in deadlines if d is not None)
+            with self._wake:
+                if not self._woken and not self._closing:
+                    self._wake.wait(max(wake_at - _now_ms(), 0) / 1000)
+
+    def _guarded(self, what: str, job: Callable[[], Any]) -> Any:
+        try:
+            return job()
+        except Exception:  # noqa: BLE001 - one failed job must not stop the upkeep; tried again next turn
+            log.exception("upkeep: %s failed", what)
+            return None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "Node":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the in-process clients still open, stop the upkeep, then close the store (checkpoints,
+        snapshots, clean-shutdown marker)."""
+        with self._wake:
+            clients = list(self._clients)
+        for client in clients:
+            self._guarded(f"close of {client!r}", client.close)
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        if self._upkeep.is_alive() and self._upkeep is not threading.current_thread():
+            self._upkeep.join()
+        self.store.close()
+
+
+def _logged(items, message: str):
+    count = items if isinstance(items, int) else len(items)
+    if count:
+        log.info(message, count)
+    return None
