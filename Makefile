@@ -63,6 +63,8 @@ bench: build
 	$(BIN)/python bench/groups_broker_report.py .benchmarks/broker_groups.json
 	$(BENCH) bench/test_spark.py --benchmark-json=.benchmarks/spark.json
 	$(BIN)/python bench/spark_report.py .benchmarks/spark.json
+	$(BENCH) bench/test_embedded.py --benchmark-json=.benchmarks/embedded.json
+	$(BIN)/python bench/embedded_report.py .benchmarks/embedded.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -77,6 +77,10 @@ class Partitioner:
 
     def partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
         """The partition of a record: the one asked for, the key's, or the topic's sticky one."""
+        if key is None and partition is None and self._version == self._store.topics_version:
+            sticky = self._sticky.get(topic)
+            if sticky is not None:
+                return sticky  # the common unkeyed case, without a count lookup
         count = self.count(topic)
         if partition is not None:
             if not 0 <= partition < count:

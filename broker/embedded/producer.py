@@ -182,7 +182,9 @@ class Producer:
              headers=None) -> RecordFuture:
         """Queue a record; the future settles once its batch is written (see the module doc)."""
         with self._lock:
-            self._check_can_send()
+            state = self._state
+            if state is not _State.IN_TRANSACTION and (state is not _State.READY or self._transactional_id):
+                self._check_can_send()
             p = self._partitioner.partition(topic, key, partition)
             tp = (topic, p)
             now = time.time()

@@ -1,6 +1,9 @@
 """The embedded consumer: positions, resets, read_committed, and group membership with Kafka's callbacks."""
 from __future__ import annotations
 
+import ast
+import pathlib
+import re
 import time
 
 import pytest
@@ -176,3 +179,14 @@ def test_a_topic_that_grows_is_rebalanced(node):
     _until([c], lambda: c.assignment() == [("t", 0)])
     node.store.create_partitions("t", 3)
     _until([c], lambda: c.assignment() == [("t", 0), ("t", 1), ("t", 2)])
+
+
+def test_readme_embedded_example_runs(tmp_path, monkeypatch, capsys):
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    example = next(b for b in re.findall(r"```python\n(.*?)```", readme.read_text(), re.S) if "embedded.open" in b)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, str(readme), "exec"), {})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "assigned [('orders', 0), ('orders', 1)]"
+    committed = ast.literal_eval(lines[-1])
+    assert sum(committed.values()) == 3

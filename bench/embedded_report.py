@@ -1,0 +1,66 @@
+"""Summarise bench/test_embedded.py's pytest-benchmark JSON as Markdown tables.
+
+    python bench/embedded_report.py [.benchmarks/embedded.json]
+
+produce / consume: records per second of the embedded clients and of
+confluent-kafka through the broker with the same settings, from the median
+rounds; the target is the embedded path faster (ratio > 1). assign: sticky
+(ours) and range (peer) on 1,000 partitions x 100 members; for one member
+leaving, the partitions that changed owner against the leaver's share
+(target: no more). Exit status: 2 if the JSON is unreadable, 1 if a figure is
+missing, else 0.
+"""
+from __future__ import annotations
+
+import sys
+
+from benchjson import finish, load_groups, machine_line, met, table
+
+DEFAULT_PATH = ".benchmarks/embedded.json"
+
+
+def main(argv: list[str]) -> int:
+    """Print the tables; the exit status."""
+    loaded = load_groups(argv[1] if len(argv) > 1 else DEFAULT_PATH, "embedded_report")
+    if isinstance(loaded, int):
+        return loaded
+    data, groups, problems = loaded
+    print(f"Machine: {machine_line(data)}\n")
+    verdicts, rows = [], []
+    for op in ("produce", "consume"):
+        sides = groups.get(op, {})
+        if set(sides) != {"ours", "peer"}:
+            problems.append(f"{op}: needs an ours and a peer benchmark")
+            continue
+        ours, peer = sides["ours"], sides["peer"]
+        messages = ours["extra_info"]["messages"]
+        rate, peer_rate = messages / ours["stats"]["median"], messages / peer["stats"]["median"]
+        verdict = met(rate > peer_rate)
+        verdicts.append(verdict)
+        rows.append((op, f"{rate:,.0f}", f"{peer_rate:,.0f}", f"{rate / peer_rate:.2f}x", verdict))
+    table(("case", "embedded rec/s", "broker + confluent-kafka rec/s", "ratio", "faster"),
+          ("---", "---:", "---:", "---:", "---"), rows)
+    print()
+    rows = []
+    for group in ("assign/scratch", "assign/one-leaves"):
+        sides = groups.get(group, {})
+        if set(sides) != {"ours", "peer"}:
+            problems.append(f"{group}: needs an ours and a peer benchmark")
+            continue
+        ours, peer = sides["ours"], sides["peer"]
+        info, peer_info = ours["extra_info"], peer["extra_info"]
+        moved = "—"
+        if "moved" in info:
+            ok = met(info["moved"] <= info["leaver_share"])
+            verdicts.append(ok)
+            moved = f"{info['moved']} of a {info['leaver_share']} share ({ok}); range moves {peer_info['moved']}"
+        rows.append((group, f"{ours['stats']['median'] * 1e3:.2f} ms", f"{peer['stats']['median'] * 1e3:.2f} ms",
+                     f"{ours['stats']['median'] / peer['stats']['median']:.2f}x", moved))
+    table(("1,000 partitions x 100 members", "sticky", "range (peer)", "time ratio", "partitions moved"),
+          ("---", "---:", "---:", "---:", "---"), rows)
+    print()
+    return finish(verdicts, problems, "embedded_report")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,248 @@
+"""The embedded clients against the broker path, and the sticky assignor at scale.
+
+    .venv/bin/python -m pytest -q bench/test_embedded.py --benchmark-only \\
+        --benchmark-json=.benchmarks/embedded.json
+    .venv/bin/python bench/embedded_report.py .benchmarks/embedded.json
+
+produce / consume: the same 200,000 values of 100 B (bench/test_broker.py's
+word texts, lz4 about 2x) through `logstore.broker.embedded` in this process
+("ours") and through confluent-kafka against a `logstore broker` subprocess on
+loopback ("peer"), with the same client settings: idempotent, acks=all
+(answered after the group-commit fsync on both paths), lz4, linger.ms=10,
+batch.size=1 MiB; consumers read one partition from offset 0 in batches of
+10,000 (`max.poll.records` / `consume(num_messages=)`) with 16 MiB partition
+fetches. Timed: produce from the first send to the end of flush(); consume
+from assign() to the 200,000th record. Checked untimed: the offsets and the
+count. The broker path's time includes its process's work on the other core.
+
+assign: sticky over 1,000 partitions (10 topics x 100) and 100 members with
+equal subscriptions, from nothing ("scratch") and after one member of that
+balanced assignment leaves ("one-leaves"), with how many partitions changed
+owner; the peer is `range` on the same input (not sticky: its moves are shown
+for comparison).
+
+Speed is reported, not asserted; correctness is asserted.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+import test_broker as base
+from logstore.assignors import MemberSubscription, range_assign, sticky_assign
+from logstore.broker import embedded
+
+MESSAGES = 200_000
+ROUNDS = 3
+BATCH = 10_000
+TIMEOUT = 120.0
+CLIENT_SETTINGS = {"enable.idempotence": True, "acks": "all", "compression.type": "lz4", "linger.ms": 10,
+                   "batch.size": 1 << 20}
+PEER_PRODUCER = {**CLIENT_SETTINGS, "batch.num.messages": 100_000, "queue.buffering.max.messages": 2_000_000}
+CONSUMER_SETTINGS = {"max.partition.fetch.bytes": 16 << 20, "fetch.max.bytes": 64 << 20}
+ASSIGN_TOPICS = 10
+ASSIGN_PARTITIONS = 100
+ASSIGN_MEMBERS = 100
+
+
+def _tag(benchmark, op: str, side: str, **info) -> None:
+    benchmark.group = op
+    benchmark.extra_info.update({"op": op, "side": side, **info})
+
+
+@pytest.fixture(scope="module")
+def values():
+    """The message values (test_broker's pool, produced in turn)."""
+    return base.message_values()
+
+
+@pytest.fixture(scope="module")
+def broker():
+    """A `logstore broker` with default settings, stopped cleanly at the end."""
+    yield from base.running_broker("logstore-bench-embedded-")
+
+
+@pytest.fixture(scope="module")
+def node():
+    """An embedded node on a fresh directory with default settings (acks=all waits for the fsync)."""
+    root = tempfile.mkdtemp(prefix="logstore-bench-embedded-node-")
+    opened = embedded.open(root)
+    yield opened
+    opened.close()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+_topics = iter(range(1_000_000))
+
+
+def _fresh_topic(create) -> str:
+    name = f"bench-{next(_topics)}"
+    create(name)
+    return name
+
+
+def test_produce_embedded(benchmark, node, values):
+    """Embedded Producer: send + flush of MESSAGES values."""
+    _tag(benchmark, "produce", "ours", messages=MESSAGES)
+    count = len(values)
+    made = []
+
+    def setup():
+        topic = _fresh_topic(lambda name: node.store.create_topic(name, 1))
+        made.append((topic, embedded.Producer(node, CLIENT_SETTINGS)))
+        return made[-1], {}
+
+    def run(topic, producer):
+        send = producer.send
+        for i in range(MESSAGES):
+            send(topic, values[i % count])
+        producer.flush(TIMEOUT)
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    for topic, producer in made:
+        producer.close()
+        assert node.store.log(topic, 0).log_end_offset == MESSAGES
+
+
+def test_produce_broker(benchmark, broker, values):
+    """confluent-kafka Producer against the broker, same settings."""
+    _tag(benchmark, "produce", "peer", messages=MESSAGES)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    count = len(values)
+    delivered = []
+
+    def setup():
+        topic = _fresh_topic(lambda name: base.create_topic(admin, name, 1))
+        producer = Producer({"bootstrap.servers": broker.bootstrap, **PEER_PRODUCER,
+                             "on_delivery": lambda err, msg: delivered.append(err)})
+        producer.list_topics(topic, timeout=TIMEOUT)
+        delivered.clear()
+        return (topic, producer), {}
+
+    def run(topic, producer):
+        produce = producer.produce
+        for i in range(MESSAGES):
+            while True:
+                try:
+                    produce(topic, values[i % count])
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        assert producer.flush(TIMEOUT) == 0
+
+    benchmark.pedantic(run, setup=setup, rounds=ROUNDS)
+    assert len(delivered) == MESSAGES and not any(delivered)
+
+
+@pytest.fixture(scope="module")
+def filled_node(node, values):
+    """A topic of the embedded node holding MESSAGES values at offsets 0.."""
+    producer = embedded.Producer(node, CLIENT_SETTINGS)
+    node.store.create_topic("consume-src", 1)
+    for i in range(MESSAGES):
+        producer.send("consume-src", values[i % len(values)])
+    producer.close()
+    return "consume-src"
+
+
+@pytest.fixture(scope="module")
+def filled_broker(broker, values):
+    """A topic of the broker holding MESSAGES values at offsets 0.."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    base.create_topic(admin, "consume-src", 1)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, **PEER_PRODUCER})
+    for i in range(MESSAGES):
+        while True:
+            try:
+                producer.produce("consume-src", values[i % len(values)])
+                break
+            except BufferError:
+                producer.poll(0.01)
+    assert producer.flush(TIMEOUT) == 0
+    return "consume-src"
+
+
+def test_consume_embedded(benchmark, node, filled_node):
+    """Embedded Consumer: assign() and poll() every record from offset 0."""
+    _tag(benchmark, "consume", "ours", messages=MESSAGES)
+    tp = (filled_node, 0)
+
+    def run():
+        consumer = embedded.Consumer(node, {**CONSUMER_SETTINGS, "max.poll.records": BATCH,
+                                            "auto.offset.reset": "earliest"})
+        consumer.assign([tp])
+        got, last = 0, -1
+        deadline = time.monotonic() + TIMEOUT
+        while got < MESSAGES:
+            assert time.monotonic() < deadline
+            for records in consumer.poll(1.0).values():
+                got += len(records)
+                last = records[-1].offset
+        consumer.close()
+        return got, last
+
+    got, last = benchmark.pedantic(run, rounds=ROUNDS)
+    assert (got, last) == (MESSAGES, MESSAGES - 1)
+
+
+def test_consume_broker(benchmark, broker, filled_broker):
+    """confluent-kafka Consumer against the broker: assign() and consume() every record from offset 0."""
+    _tag(benchmark, "consume", "peer", messages=MESSAGES)
+
+    def run():
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "bench-embedded-peer",
+                             "enable.auto.commit": False, **CONSUMER_SETTINGS,
+                             "queued.min.messages": 1_000_000})
+        consumer.assign([TopicPartition(filled_broker, 0, 0)])
+        got, last = 0, -1
+        deadline = time.monotonic() + TIMEOUT
+        while got < MESSAGES:
+            assert time.monotonic() < deadline
+            for message in consumer.consume(num_messages=BATCH, timeout=1.0):
+                assert message.error() is None
+                got += 1
+                last = message.offset()
+        consumer.close()
+        return got, last
+
+    got, last = benchmark.pedantic(run, rounds=ROUNDS)
+    assert (got, last) == (MESSAGES, MESSAGES - 1)
+
+
+def _assign_input():
+    topics = frozenset(f"t{i}" for i in range(ASSIGN_TOPICS))
+    counts = {t: ASSIGN_PARTITIONS for t in topics}
+    members = {f"member-{i:03}": MemberSubscription(topics) for i in range(ASSIGN_MEMBERS)}
+    return topics, counts, members
+
+
+@pytest.mark.parametrize("side", ["ours", "peer"])
+def test_assign_scratch(benchmark, side):
+    """A full assignment of 1,000 partitions over 100 members with nothing owned."""
+    _, counts, members = _assign_input()
+    assign = sticky_assign if side == "ours" else range_assign
+    _tag(benchmark, "assign/scratch", side, assignor="sticky" if side == "ours" else "range")
+    result = benchmark(assign, members, counts)
+    sizes = [len(p) for p in result.values()]
+    assert sum(sizes) == ASSIGN_TOPICS * ASSIGN_PARTITIONS and max(sizes) - min(sizes) <= 1
+
+
+@pytest.mark.parametrize("side", ["ours", "peer"])
+def test_assign_one_leaves(benchmark, side):
+    """One member of a balanced assignment leaves: the time to reassign, and how many partitions move."""
+    topics, counts, members = _assign_input()
+    assign = sticky_assign if side == "ours" else range_assign
+    before = assign(members, counts)
+    leaver = "member-050"
+    stay = {m: MemberSubscription(topics, before[m], 1) for m in members if m != leaver}
+    _tag(benchmark, "assign/one-leaves", side, assignor="sticky" if side == "ours" else "range")
+    result = benchmark(assign, stay, counts)
+    moved = sum(1 for m, parts in result.items() for tp in parts if tp not in before[m])
+    benchmark.extra_info.update(moved=moved, leaver_share=len(before[leaver]))
+    if side == "ours":
+        assert moved == len(before[leaver])
