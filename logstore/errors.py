@@ -363,3 +363,27 @@ class GroupMaxSizeReachedError(GroupError):
     """The group already has group.max.size members."""
 
     error_name = "GROUP_MAX_SIZE_REACHED"
+
+
+class FencedMemberEpochError(GroupError):
+    """A consumer-group member heartbeating with an epoch the group no longer accepts: it must rejoin."""
+
+    error_name = "FENCED_MEMBER_EPOCH"
+
+
+class UnreleasedInstanceIdError(GroupError):
+    """A static member joining with an instance id another member still holds."""
+
+    error_name = "UNRELEASED_INSTANCE_ID"
+
+
+class UnsupportedAssignorError(GroupError):
+    """A consumer-group member asking for a server-side assignor the broker does not run."""
+
+    error_name = "UNSUPPORTED_ASSIGNOR"
+
+
+class StaleMemberEpochError(GroupError):
+    """An offset commit from a consumer-group member with an epoch that is not its current one."""
+
+    error_name = "STALE_MEMBER_EPOCH"
