@@ -19,6 +19,15 @@ from benchjson import finish, load_groups, machine_line, met, table
 DEFAULT_PATH = ".benchmarks/embedded.json"
 
 
+def _pair(groups, group: str, problems: list[str]):
+    """The (ours, peer) benchmarks of `group`, or None with the problem noted."""
+    sides = groups.get(group, {})
+    if set(sides) != {"ours", "peer"}:
+        problems.append(f"{group}: needs an ours and a peer benchmark")
+        return None
+    return sides["ours"], sides["peer"]
+
+
 def main(argv: list[str]) -> int:
     """Print the tables; the exit status."""
     loaded = load_groups(argv[1] if len(argv) > 1 else DEFAULT_PATH, "embedded_report")
@@ -28,11 +37,10 @@ def main(argv: list[str]) -> int:
     print(f"Machine: {machine_line(data)}\n")
     verdicts, rows = [], []
     for op in ("produce", "consume"):
-        sides = groups.get(op, {})
-        if set(sides) != {"ours", "peer"}:
-            problems.append(f"{op}: needs an ours and a peer benchmark")
+        pair = _pair(groups, op, problems)
+        if pair is None:
             continue
-        ours, peer = sides["ours"], sides["peer"]
+        ours, peer = pair
         messages = ours["extra_info"]["messages"]
         rate, peer_rate = messages / ours["stats"]["median"], messages / peer["stats"]["median"]
         verdict = met(rate > peer_rate)
@@ -43,11 +51,10 @@ def main(argv: list[str]) -> int:
     print()
     rows = []
     for group in ("assign/scratch", "assign/one-leaves"):
-        sides = groups.get(group, {})
-        if set(sides) != {"ours", "peer"}:
-            problems.append(f"{group}: needs an ours and a peer benchmark")
+        pair = _pair(groups, group, problems)
+        if pair is None:
             continue
-        ours, peer = sides["ours"], sides["peer"]
+        ours, peer = pair
         info, peer_info = ours["extra_info"], peer["extra_info"]
         moved = "—"
         if "moved" in info:

@@ -395,13 +395,7 @@ class Producer:
             if self._state in (_State.ABORTABLE, _State.FATAL):
                 raise self._error
             self._check_can_send()
-            if self._txn_on_coordinator:
-                try:
-                    self._coordinator(self._txns.end_transaction, True)
-                except LogStoreError as exc:
-                    self._failed(exc)
-                    raise
-            self._state = _State.READY
+            self._end_transaction(commit=True)
 
     def abort_transaction(self) -> None:
         """Drop the records not yet written and abort the transaction (its written records are never read committed)."""
@@ -412,13 +406,17 @@ class Producer:
             for batch in self._open.values():
                 self._settle(batch, aborted)
             self._open.clear()
-            if self._txn_on_coordinator:
-                try:
-                    self._coordinator(self._txns.end_transaction, False)
-                except LogStoreError as exc:
-                    self._failed(exc)
-                    raise
-            self._state, self._error = _State.READY, None
+            self._end_transaction(commit=False)
+
+    def _end_transaction(self, commit: bool) -> None:
+        """EndTxn, if the coordinator knows of this transaction (under the lock); the producer is ready after."""
+        if self._txn_on_coordinator:
+            try:
+                self._coordinator(self._txns.end_transaction, commit)
+            except LogStoreError as exc:
+                self._failed(exc)
+                raise
+        self._state, self._error = _State.READY, None
 
     # -- lifecycle ---------------------------------------------------------------------------
 

@@ -109,13 +109,19 @@ def test_committed_and_aborted_transactions(node):
     assert all(f.result().offset >= 0 for f in gone)
 
 
-def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(node):
+def _written_in_open_transaction(node, value: bytes) -> embedded.Producer:
+    """A transactional producer with `value` written to t-0 in a transaction left open."""
     node.store.create_topic("t", 1)
-    old = embedded.Producer(node, {"transactional.id": "tx"})
-    old.init_transactions()
-    old.begin_transaction()
-    old.send("t", b"zombie")
-    old.flush()
+    producer = embedded.Producer(node, {"transactional.id": "tx"})
+    producer.init_transactions()
+    producer.begin_transaction()
+    producer.send("t", value)
+    producer.flush()
+    return producer
+
+
+def test_a_new_instance_fences_the_old_one_and_aborts_its_open_transaction(node):
+    old = _written_in_open_transaction(node, b"zombie")
     new = embedded.Producer(node, {"transactional.id": "tx"})
     new.init_transactions()
     assert new.producer_id == old.producer_id and new.producer_epoch > old.producer_epoch
@@ -148,12 +154,7 @@ def test_state_errors_are_kafkas(node):
 
 
 def test_close_aborts_an_open_transaction(node):
-    node.store.create_topic("t", 1)
-    producer = embedded.Producer(node, {"transactional.id": "tx"})
-    producer.init_transactions()
-    producer.begin_transaction()
-    producer.send("t", b"unfinished")
-    producer.flush()
+    producer = _written_in_open_transaction(node, b"unfinished")
     producer.close()
     assert node.store.log("t").last_stable_offset == node.store.log("t").log_end_offset
     assert _values(node, "t", "read_committed") == []
