@@ -340,11 +340,13 @@ class Consumer:
         member = self._member
         if member is None or self._closed:
             return None
+        next_at = None
         if time.monotonic() - self._last_poll > self.settings["max.poll.interval.ms"] / 1000:
-            # Kafka's heartbeat thread does the same: the member is stuck, let the others take its partitions.
-            member.leave()
-            return None
-        next_at = member.heartbeat(now_ms)
+            if member.member_id:
+                # Kafka's heartbeat thread does the same: the member is stuck, let the others take its partitions.
+                member.leave(lost=True)
+        else:
+            next_at = member.heartbeat(now_ms)
         if not member.stable:
             with self._node.appended:
                 self._node.appended.notify_all()  # a poll waiting for data must rejoin now

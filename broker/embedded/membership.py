@@ -252,10 +252,14 @@ class Membership:
             return None
         return self.next_heartbeat_ms
 
-    def leave(self) -> None:
-        """Leave the group (a static member stays, as Kafka's close leaves it for its session)."""
+    def leave(self, lost: bool = False) -> None:
+        """Leave the group (a static member stays, as Kafka's close leaves it for its session); `lost`: the
+        application stopped polling, so what it owned is reported lost and it rejoins at its next poll."""
         with self.lock:
             member_id, self.phase = self.member_id, _Phase.UNJOINED
+            if lost:
+                self._lost |= self.owned
+                self.rejoin_needed = True
             self.member_id, self.generation, self.owned = "", -1, frozenset()
         if member_id and self.instance_id is None:
             self._groups.leave_group(self.group_id, [(member_id, None)])

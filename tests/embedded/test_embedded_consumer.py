@@ -190,3 +190,15 @@ def test_readme_embedded_example_runs(tmp_path, monkeypatch, capsys):
     assert lines[0] == "assigned [('orders', 0), ('orders', 1)]"
     committed = ast.literal_eval(lines[-1])
     assert sum(committed.values()) == 3
+
+
+def test_a_member_that_stops_polling_leaves_and_its_partitions_are_lost_then_regained(node):
+    node.store.create_topic("t", 2)
+    lost = []
+    c = embedded.Consumer(node, {"group.id": "g", "max.poll.interval.ms": 200, "heartbeat.interval.ms": HEARTBEAT_MS})
+    c.subscribe(["t"], on_lost=lambda _, tps: lost.append(tps))
+    _until([c], lambda: len(c.assignment()) == 2)
+    # No poll for longer than max.poll.interval.ms: the upkeep takes the member out of the group.
+    with node.appended:
+        assert node.appended.wait_for(lambda: node.groups.describe("g").members == (), DEADLINE_S)
+    _until([c], lambda: lost == [[("t", 0), ("t", 1)]] and len(c.assignment()) == 2)
