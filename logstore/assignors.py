@@ -161,10 +161,12 @@ def _balanced_general(members: Members, partitions: Counts, owned: dict[str, set
         member = min(eligible[tp[0]], key=lambda m: (counts[m], m))
         holder[tp] = member
         counts[member] += 1
+    kept = set().union(*owned.values())
     moved = True
     while moved:
         moved = False
-        for tp in sorted(holder, key=lambda tp: (-counts[holder[tp]], tp)):
+        # Partitions placed this round move first: moving one of those costs no stickiness.
+        for tp in sorted(holder, key=lambda tp: (tp in kept, -counts[holder[tp]], tp)):
             current = holder[tp]
             target = min(eligible[tp[0]], key=lambda m: (counts[m], m))
             if counts[current] - counts[target] >= 2:
