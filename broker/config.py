@@ -43,6 +43,18 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "group.max.session.timeout.ms": (1_800_000, int),
     "group.initial.rebalance.delay.ms": (3_000, int),
     "group.max.size": (2_147_483_647, int),
+    # KIP-848 consumer groups (group.protocol=consumer); checked together in ConsumerGroupConfig.
+    "group.consumer.session.timeout.ms": (45_000, int),
+    "group.consumer.min.session.timeout.ms": (45_000, int),
+    "group.consumer.max.session.timeout.ms": (60_000, int),
+    "group.consumer.heartbeat.interval.ms": (5_000, int),
+    "group.consumer.min.heartbeat.interval.ms": (5_000, int),
+    "group.consumer.max.heartbeat.interval.ms": (15_000, int),
+    "group.consumer.max.size": (2_147_483_647, int),
+    "group.consumer.assignors": ("org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
+                                 "org.apache.kafka.coordinator.group.assignor.RangeAssignor", str),
+    # Kafka's default is bidirectional; online migration of a group with members is not implemented.
+    "group.consumer.migration.policy": ("disabled", str),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
     # false gives Kafka's page-cache behaviour.

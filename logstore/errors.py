@@ -387,3 +387,20 @@ class StaleMemberEpochError(GroupError):
     """An offset commit from a consumer-group member with an epoch that is not its current one."""
 
     error_name = "STALE_MEMBER_EPOCH"
+
+
+# KIP-848's regular-expression subscriptions (Kafka 4.0) brought a code after the table's last.
+ERROR_CODES[128] = KafkaErrorCode(128, "INVALID_REGULAR_EXPRESSION", False)
+ERROR_BY_NAME["INVALID_REGULAR_EXPRESSION"] = ERROR_CODES[128]
+
+
+class InvalidRegularExpressionError(GroupError):
+    """A consumer-group member subscribing with a regular expression that does not compile."""
+
+    error_name = "INVALID_REGULAR_EXPRESSION"
+
+
+class UnsupportedVersionError(LogStoreError):
+    """A request at a version the call does not allow (OffsetCommit below v9 from a KIP-848 member)."""
+
+    error_name = "UNSUPPORTED_VERSION"

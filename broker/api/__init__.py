@@ -28,7 +28,8 @@ HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets
                    "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn",
                    "describe_producers", "describe_transactions", "list_transactions", "join_group", "sync_group",
                    "heartbeat", "leave_group", "offset_commit", "offset_fetch", "txn_offset_commit",
-                   "describe_groups", "list_groups", "delete_groups", "offset_delete")
+                   "describe_groups", "list_groups", "delete_groups", "offset_delete", "consumer_group_heartbeat",
+                   "consumer_group_describe")
 
 
 @dataclass(frozen=True)

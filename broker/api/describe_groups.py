@@ -1,9 +1,11 @@
-"""DescribeGroups (15), v0-5: state, protocol and members of groups.
+"""DescribeGroups (15), v0-5: state, protocol and members of classic groups.
 
 As in Kafka, members' metadata and assignments are filled in only for a
 Stable group, and a group the coordinator does not know is described as
-Dead with no members and no error. Authorized operations are "not
-requested" (this broker has no ACLs).
+Dead with no members and no error, and so is a KIP-848 consumer group
+(ConsumerGroupDescribe describes those), as Kafka answers these versions
+(v6 would answer GROUP_ID_NOT_FOUND for both). Authorized operations are
+"not requested" (this broker has no ACLs).
 """
 from __future__ import annotations
 

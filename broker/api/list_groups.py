@@ -1,4 +1,10 @@
-"""ListGroups (16), v0-4: every group this coordinator has (v4: only those in the states asked)."""
+"""ListGroups (16), v0-5: every group this coordinator has, classic and KIP-848 consumer groups alike.
+
+v4 lists only the groups in the states asked, v5 only those of the types
+asked ("classic", "consumer"; case-insensitive) and names each group's type.
+A consumer group's protocol type is "consumer" and its states are Kafka's
+(Empty, Assigning, Reconciling, Stable).
+"""
 from __future__ import annotations
 
 from logstore.broker.api import api, build, response_type
@@ -7,12 +13,13 @@ from logstore.broker.protocol import ZERO_MS, ErrorCode
 KEY = 16
 
 
-@api(KEY, 0, 4)
+@api(KEY, 0, 5)
 async def handle(request, body):
-    """The groups, with their protocol type (and state, v4)."""
+    """The groups, with their protocol type (and state, v4; and type, v5)."""
     version = request.version
-    listed = await request.broker.coordinate(request.broker.groups.list_groups, getattr(body, "states_filter", ()))
+    listed = await request.broker.coordinate(request.broker.groups.listed_groups, getattr(body, "states_filter", ()),
+                                             getattr(body, "types_filter", ()))
     group_cls = response_type(KEY, version, "ListedGroup")
-    rows = tuple(build(group_cls, group_id=group_id, protocol_type=protocol_type, group_state=state)
-                 for group_id, protocol_type, state in sorted(listed))
+    rows = tuple(build(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
+                       group_type=g.group_type) for g in sorted(listed, key=lambda g: g.group_id))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, error_code=ErrorCode.none, groups=rows)

@@ -4,14 +4,19 @@
 created with `num.partitions` when the request allows it (v4+; always before
 v4) and `auto.create.topics.enable` is on, and described at once (creation
 here is synchronous, so clients need not retry on LEADER_NOT_AVAILABLE);
-otherwise UNKNOWN_TOPIC_OR_PARTITION. Topic
-ids are not sent (zero UUID), which is why Fetch stops at v12.
+otherwise UNKNOWN_TOPIC_OR_PARTITION. From v10 each topic carries its id
+(the one in its `partition.metadata`), and topics may be asked by id (name
+null), as KIP-848 consumers do for the topic ids their assignments name; an
+unknown id answers UNKNOWN_TOPIC_ID, and no topic is created by id. Fetch
+still names topics (it stops at v12).
 
 The encoded body of an answer about existing topics is kept, keyed by the
 version and each topic's partition count: every client asks again and
 again, and a 1,000-partition topic costs tens of milliseconds to encode.
 """
 from __future__ import annotations
+
+import uuid
 
 from logstore.broker.api import api, build, response_type
 from logstore.broker.protocol import ZERO_MS, ErrorCode, encode_body, frame_of_body
@@ -20,15 +25,16 @@ from logstore.errors import InvalidTopicError, LogStoreError
 KEY = 3
 UNKNOWN_OPERATIONS = -2147483648
 CACHED_ANSWERS = 256
+ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic(version, name, error, partitions, node_id):
+def _topic(version, name, error, partitions, node_id, topic_id=None):
     cls = response_type(KEY, version, "MetadataResponseTopic")
     partition_cls = response_type(KEY, version, "MetadataResponsePartition")
     rows = tuple(build(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
                        leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,), offline_replicas=())
                  for p in range(partitions))
-    return build(cls, error_code=error, name=name, topic_id=None, is_internal=name.startswith("__"),
+    return build(cls, error_code=error, name=name, topic_id=topic_id, is_internal=bool(name) and name.startswith("__"),
                  partitions=rows, topic_authorized_operations=UNKNOWN_OPERATIONS)
 
 
@@ -39,16 +45,27 @@ async def handle(request, body):
     version = request.version
     existing = broker.store.topics()
     asked = body.topics
+    unknown_ids: list[uuid.UUID] = []
     if asked is None or (version == 0 and not asked):
         names, allow_create = sorted(existing), False
+    elif any(getattr(t, "topic_id", None) not in (None, ZERO_UUID) for t in asked):
+        # Asked by id (Kafka then ignores the names): the ids' topics, none created.
+        by_id = {_topic_id(broker, name): name for name in existing}
+        names, allow_create = [], False
+        for t in asked:
+            if t.topic_id in by_id:
+                names.append(by_id[t.topic_id])
+            elif t.topic_id not in (None, ZERO_UUID):
+                unknown_ids.append(t.topic_id)
     else:
         names = [t.name for t in asked]
         allow_create = getattr(body, "allow_auto_topic_creation", True)
     cache = broker.response_cache.setdefault(KEY, {})
-    key = (version, tuple((name, existing.get(name)) for name in names))
+    key = (version, tuple((name, existing.get(name), _topic_id(broker, name) if name in existing else None)
+                          for name in names), tuple(unknown_ids))
     body_bytes = cache.get(key)
     if body_bytes is None:
-        body_bytes = encode_body(_answer(broker, version, names, existing, allow_create))
+        body_bytes = encode_body(_answer(broker, version, names, existing, allow_create, unknown_ids))
         if all(name in existing for name in names):
             if len(cache) >= CACHED_ANSWERS:
                 cache.clear()
@@ -56,17 +73,27 @@ async def handle(request, body):
     return frame_of_body(request.correlation_id, KEY, version, body_bytes)
 
 
-def _answer(broker, version, names, existing, allow_create):
-    topics = []
+def _topic_id(broker, name: str) -> uuid.UUID | None:
+    try:
+        return uuid.UUID(bytes=broker.store.topic_id(name))
+    except LogStoreError:
+        return None
+
+
+def _answer(broker, version, names, existing, allow_create, unknown_ids=()):
+    topics = [_topic(version, None, ErrorCode.unknown_topic_id, 0, broker.node_id, topic_id)
+              for topic_id in unknown_ids]
     for name in names:
         if name in existing:
-            topics.append(_topic(version, name, ErrorCode.none, existing[name], broker.node_id))
+            topics.append(_topic(version, name, ErrorCode.none, existing[name], broker.node_id,
+                                 _topic_id(broker, name)))
             continue
         error = ErrorCode.unknown_topic_or_partition
         if allow_create and broker.config["auto.create.topics.enable"]:
             try:
                 partitions = broker.create_topic(name, broker.config["num.partitions"])
-                topics.append(_topic(version, name, ErrorCode.none, partitions, broker.node_id))
+                topics.append(_topic(version, name, ErrorCode.none, partitions, broker.node_id,
+                                     _topic_id(broker, name)))
                 continue
             except InvalidTopicError:
                 error = ErrorCode.invalid_topic_exception

@@ -1,4 +1,4 @@
-"""OffsetCommit (8), v2-8: a group's consumed positions, durable in `__consumer_offsets` when answered.
+"""OffsetCommit (8), v2-9: a group's consumed positions, durable in `__consumer_offsets` when answered.
 
 A partition of an unknown topic gets UNKNOWN_TOPIC_OR_PARTITION and
 metadata over offset.metadata.max.bytes OFFSET_METADATA_TOO_LARGE; a
@@ -6,7 +6,9 @@ group-level refusal (unknown member, wrong generation, rebalancing) is
 repeated on every partition, as Kafka answers. A commit with generation -1
 to a group without members is accepted (consumers without group
 management, admin tools). v2-4's retention time sets the offset's own
-expiry, as Kafka did.
+expiry, as Kafka did. v9 (KIP-848) carries a consumer group member's
+epoch where a generation was: a member of such a group must commit with it
+(STALE_MEMBER_EPOCH otherwise) and at v9 or above (UNSUPPORTED_VERSION).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ KEY = 8
 DEFAULT_RETENTION = -1
 
 
-@api(KEY, 2, 8)
+@api(KEY, 2, 9)
 async def handle(request, body):
     """Commit every partition asked that exists."""
     groups = request.broker.groups
@@ -34,7 +36,7 @@ async def handle(request, body):
         try:
             errors = await request.broker.coordinate(
                 groups.commit_offsets, body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch, offsets, expire)
+                body.generation_id_or_member_epoch, offsets, expire, request.version)
             codes.update({tp: code_of(error) for tp, error in errors.items()})
         except LogStoreError as exc:
             codes.update(dict.fromkeys(offsets, ErrorCode(exc.code)))

@@ -1,10 +1,12 @@
-"""OffsetFetch (9), v1-8: a group's committed offsets.
+"""OffsetFetch (9), v1-9: a group's committed offsets.
 
 A partition without a committed offset answers -1 with no error. No topics
 (v2+) means every partition the group has an offset for. With
 require_stable (v7+, read_committed consumers) a partition whose
 transactional commit is still pending answers UNSTABLE_OFFSET_COMMIT, which
-clients retry. v8 asks for several groups at once.
+clients retry. v8 asks for several groups at once. v9 (KIP-848) may name a
+consumer group's member and epoch, checked as Kafka checks them (the group
+answers UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH); an admin names neither.
 """
 from __future__ import annotations
 
@@ -18,9 +20,11 @@ KEY = 9
 BATCHED = 8
 
 
-async def _group_topics(request, group_id: str, topics, require_stable: bool, names: tuple[str, str]) -> tuple:
+async def _group_topics(request, group_id: str, topics, require_stable: bool, names: tuple[str, str],
+                        member: tuple[str | None, int] = (None, -1)) -> tuple:
     asked = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = await request.broker.coordinate(request.broker.groups.fetch_offsets, group_id, asked, require_stable)
+    found = await request.broker.coordinate(request.broker.groups.fetch_offsets, group_id, asked, require_stable,
+                                            *member)
     version = request.version
     topic_cls = response_type(KEY, version, names[0])
     partition_cls = response_type(KEY, version, names[1])
@@ -43,7 +47,7 @@ def _in_order(topics):
     return [(t.name, list(t.partition_indexes)) for t in topics]
 
 
-@api(KEY, 1, 8)
+@api(KEY, 1, 9)
 async def handle(request, body):
     """The committed offsets of the partitions asked (or all of them)."""
     version = request.version
@@ -55,7 +59,12 @@ async def handle(request, body):
     group_cls = response_type(KEY, version, "OffsetFetchResponseGroup")
     groups = []
     for group in body.groups:
-        topics = await _group_topics(request, group.group_id, group.topics, stable,
-                                     ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"))
+        member = (getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
+        try:
+            topics = await _group_topics(request, group.group_id, group.topics, stable,
+                                         ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"), member)
+        except LogStoreError as exc:
+            groups.append(build(group_cls, group_id=group.group_id, topics=(), error_code=ErrorCode(exc.code)))
+            continue
         groups.append(build(group_cls, group_id=group.group_id, topics=topics, error_code=ErrorCode.none))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, groups=tuple(groups))

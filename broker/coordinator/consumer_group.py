@@ -2,9 +2,10 @@
 
 The group has an epoch, bumped whenever what the assignment depends on
 changes: a member joins or leaves, a subscription or the chosen server-side
-assignor changes, a subscribed topic gains partitions. When the group epoch
-passes the target assignment's, the assignor (`logstore.assignors`, sticky
-towards the previous target) computes a new target for every member.
+assignor changes, a subscribed topic gains partitions (or a regular
+expression comes to match another topic). When the group epoch passes the
+target assignment's, the assignor (`logstore.assignors`, sticky towards the
+previous target) computes a new target for every member.
 
 Each member then moves towards its target at its own pace, as Kafka's
 CurrentAssignmentBuilder moves it:
@@ -16,23 +17,33 @@ CurrentAssignmentBuilder moves it:
 So no partition is ever held by two members, and a member keeps reading
 every partition that stays with it.
 
+A static member (instance id) that leaves with epoch -2 keeps its
+partitions, held for it, until a member with its instance id joins and
+takes them over, or its session expires.
+
 Nothing here locks, waits or writes; the caller does (and persists).
 Errors are Kafka's: UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, ...
 """
 from __future__ import annotations
 
 import enum
+import re
 import uuid
-from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping
 
 from logstore.assignors import SERVER_ASSIGNORS, MemberSubscription
-from logstore.errors import (FencedMemberEpochError, GroupMaxSizeReachedError, InvalidRequestError,
+from logstore.errors import (FencedInstanceIdError, FencedMemberEpochError, GroupMaxSizeReachedError,
+                             InvalidConfigError, InvalidRegularExpressionError, InvalidRequestError,
                              UnknownMemberIdError, UnreleasedInstanceIdError, UnsupportedAssignorError)
 
 TopicPartition = tuple[str, int]
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
+# Kafka's assignor class names, as group.consumer.assignors may list them.
+_ASSIGNOR_CLASSES = {"org.apache.kafka.coordinator.group.assignor.UniformAssignor": "uniform",
+                     "org.apache.kafka.coordinator.group.assignor.RangeAssignor": "range"}
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 class MemberState(enum.Enum):
@@ -45,17 +56,50 @@ class MemberState(enum.Enum):
 
 @dataclass(frozen=True)
 class ConsumerGroupConfig:
-    """The consumer protocol's broker settings, under Kafka's names in `broker/config.py`."""
+    """The consumer protocol's broker settings (ms), under Kafka's names in `from_settings`."""
 
     session_timeout_ms: int = 45_000         # group.consumer.session.timeout.ms
     heartbeat_interval_ms: int = 5_000       # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1                # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
+    migration_policy: str = "disabled"       # group.consumer.migration.policy
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> "ConsumerGroupConfig":
+        """From broker settings, checked as Kafka's GroupCoordinatorConfig checks them."""
+        def get(name, default):
+            return settings.get(name, default)
+
+        session = get("group.consumer.session.timeout.ms", 45_000)
+        heartbeat = get("group.consumer.heartbeat.interval.ms", 5_000)
+        for name, value, low, high in (
+                ("group.consumer.session.timeout.ms", session, get("group.consumer.min.session.timeout.ms", 45_000),
+                 get("group.consumer.max.session.timeout.ms", 60_000)),
+                ("group.consumer.heartbeat.interval.ms", heartbeat,
+                 get("group.consumer.min.heartbeat.interval.ms", 5_000),
+                 get("group.consumer.max.heartbeat.interval.ms", 15_000))):
+            if not low <= value <= high:
+                raise InvalidConfigError(f"{name} is {value}, outside its min/max {low}..{high}")
+        if heartbeat >= session:
+            raise InvalidConfigError("group.consumer.heartbeat.interval.ms must be less than "
+                                     "group.consumer.session.timeout.ms")
+        raw = get("group.consumer.assignors", "uniform,range")
+        names = tuple(_ASSIGNOR_CLASSES.get(n.strip(), n.strip()) for n in str(raw).split(",") if n.strip())
+        unknown = [n for n in names if n not in SERVER_ASSIGNORS]
+        if not names or unknown:
+            raise InvalidConfigError(
+                f"group.consumer.assignors: {unknown or raw!r} not among {sorted(SERVER_ASSIGNORS)}")
+        policy = str(get("group.consumer.migration.policy", "disabled")).lower()
+        if policy != "disabled":
+            raise InvalidConfigError(
+                f"group.consumer.migration.policy={policy}: only 'disabled' is implemented (online migration "
+                "of a non-empty group between the classic and consumer protocols is not; empty groups convert)")
+        return cls(session, heartbeat, get("group.consumer.max.size", 2**31 - 1), names, policy)
 
 
 @dataclass(eq=False)
 class ConsumerMember:
-    """One member of a consumer group."""
+    """One member of a consumer group; deadlines are ms since the epoch."""
 
     member_id: str
     instance_id: str | None
@@ -65,6 +109,7 @@ class ConsumerMember:
     subscribed_topics: frozenset[str]
     server_assignor: str | None
     rebalance_timeout_ms: int
+    subscribed_regex: str | None = None
     member_epoch: int = 0
     previous_member_epoch: int = -1
     state: MemberState = MemberState.STABLE
@@ -76,6 +121,30 @@ class ConsumerMember:
     def holds(self) -> frozenset[TopicPartition]:
         """Every partition the member may still be reading: assigned, or assigned and not yet revoked."""
         return self.assigned | self.pending_revocation
+
+    def topics(self, counts: Mapping[str, int]) -> frozenset[str]:
+        """The topics the member consumes: its names, and the existing topics its regex matches."""
+        if not self.subscribed_regex:
+            return self.subscribed_topics
+        pattern = _compiled(self.subscribed_regex)
+        return self.subscribed_topics | frozenset(
+            t for t in counts if not t.startswith("__") and pattern.fullmatch(t))
+
+    def metadata_key(self) -> tuple:
+        """What ConsumerGroupMemberMetadata persists: a change of it is a record to write."""
+        return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topics,
+                self.subscribed_regex, self.rebalance_timeout_ms, self.server_assignor)
+
+    def assignment_key(self) -> tuple:
+        """What ConsumerGroupCurrentMemberAssignment persists."""
+        return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned, self.pending_revocation)
+
+
+def _compiled(regex: str) -> re.Pattern:
+    try:
+        return re.compile(regex)
+    except re.error as exc:
+        raise InvalidRegularExpressionError(f"SubscribedTopicRegex {regex!r} is not valid: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -112,6 +181,12 @@ class ConsumerGroup:
             return "Reconciling"
         return "Stable"
 
+    def copy(self) -> "ConsumerGroup":
+        """A copy to change, so that the group itself changes only once the change is persisted."""
+        return ConsumerGroup(self.group_id, self.group_epoch, self.assignment_epoch,
+                             {m: replace(member) for m, member in self.members.items()}, dict(self.target),
+                             dict(self.subscribed_counts))
+
     def preferred_assignor(self, config: ConsumerGroupConfig) -> str:
         """The assignor the members ask for most (ties: the configured order), else the default."""
         asked: dict[str, int] = {}
@@ -122,28 +197,44 @@ class ConsumerGroup:
             return config.assignors[0]
         return max(config.assignors, key=lambda name: (asked.get(name, 0), -config.assignors.index(name)))
 
+    def static_member(self, instance_id: str | None) -> ConsumerMember | None:
+        """The member holding a static instance id, if any."""
+        if instance_id is None:
+            return None
+        return next((m for m in self.members.values() if m.instance_id == instance_id), None)
+
+    def subscribed_topics(self) -> set[str]:
+        """Every topic a member consumes (regular expressions resolved at the last epoch)."""
+        return set(self.subscribed_counts) | set().union(*(m.subscribed_topics for m in self.members.values()))
+
     # -- the heartbeat -------------------------------------------------------------------------
 
     def heartbeat(self, config: ConsumerGroupConfig, counts: Mapping[str, int], now: int, *, member_id: str,
                   member_epoch: int, instance_id: str | None = None, rack_id: str | None = None,
-                  rebalance_timeout_ms: int = -1, subscribed_topics=None, server_assignor: str | None = None,
-                  owned=None, client_id: str = "", client_host: str = "",
+                  rebalance_timeout_ms: int = -1, subscribed_topics=None, subscribed_regex: str | None = None,
+                  server_assignor: str | None = None, owned=None, client_id: str = "", client_host: str = "",
                   new_member_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> HeartbeatAnswer:
         """ConsumerGroupHeartbeat: join (epoch 0), stay (the member's epoch), leave (-1, or -2 for a static
         member); `None` fields are unchanged since the last heartbeat, as the protocol sends them."""
         if server_assignor is not None and server_assignor not in config.assignors:
-            raise UnsupportedAssignorError(f"server assignor {server_assignor!r} is not one of {config.assignors}")
+            raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "
+                                           f"assignors: {', '.join(config.assignors)}.")
+        if subscribed_regex:
+            _compiled(subscribed_regex)
         if member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(config, member_id, member_epoch, instance_id)
         owned = None if owned is None else frozenset(owned)
         if member_epoch == 0:
             member = self._join(config, member_id or new_member_id(), instance_id, rack_id, rebalance_timeout_ms,
-                                subscribed_topics, server_assignor, owned, client_id, client_host)
+                                subscribed_topics, subscribed_regex, server_assignor, owned, client_id, client_host)
         else:
-            member = self._known(member_id, member_epoch, owned)
+            member = self._known(member_id, member_epoch, instance_id, owned)
         changed = member_epoch == 0 and member.member_epoch == 0
         if subscribed_topics is not None and frozenset(subscribed_topics) != member.subscribed_topics:
             member.subscribed_topics = frozenset(subscribed_topics)
+            changed = True
+        if subscribed_regex is not None and (subscribed_regex or None) != member.subscribed_regex:
+            member.subscribed_regex = subscribed_regex or None
             changed = True
         if server_assignor is not None and server_assignor != member.server_assignor:
             member.server_assignor = server_assignor
@@ -152,58 +243,97 @@ class ConsumerGroup:
             member.rebalance_timeout_ms = rebalance_timeout_ms
         if rack_id is not None:
             member.rack_id = rack_id
+        if client_id:
+            member.client_id, member.client_host = client_id, client_host
         member.session_deadline = now + config.session_timeout_ms
-        if changed or self._metadata_changed(counts):
+        if self._metadata_changed(counts) or changed:
             self.group_epoch += 1
         if self.assignment_epoch < self.group_epoch:
             self._compute_target(config, counts)
         before = (member.member_epoch, member.assigned)
         self._reconcile(member, owned, now)
-        sent = member.assigned if (member_epoch == 0 or (member.member_epoch, member.assigned) != before
+        full = rebalance_timeout_ms >= 0 and owned is not None and (
+            subscribed_topics is not None or subscribed_regex is not None)
+        sent = member.assigned if (member_epoch == 0 or full or (member.member_epoch, member.assigned) != before
                                    or (owned is not None and owned != member.assigned)) else None
         return HeartbeatAnswer(member.member_id, member.member_epoch, config.heartbeat_interval_ms, sent)
 
     def _join(self, config, member_id, instance_id, rack_id, rebalance_timeout_ms, subscribed_topics,
-              server_assignor, owned, client_id, client_host) -> ConsumerMember:
-        if rebalance_timeout_ms < 0 or subscribed_topics is None or owned is None or owned:
-            raise InvalidRequestError("joining (epoch 0) needs RebalanceTimeoutMs, SubscribedTopicNames and an "
-                                      "empty TopicPartitions")
-        if instance_id is not None:
-            holder = next((m for m in self.members.values() if m.instance_id == instance_id), None)
-            if holder is not None and holder.member_id != member_id:
-                raise UnreleasedInstanceIdError(f"instance {instance_id!r} is still held by {holder.member_id}")
+              subscribed_regex, server_assignor, owned, client_id, client_host) -> ConsumerMember:
+        check_join_fields(rebalance_timeout_ms, owned, subscribed_topics, subscribed_regex)
+        holder = self.static_member(instance_id)
+        if holder is not None and holder.member_id != member_id:
+            if holder.member_epoch != STATIC_LEAVE_EPOCH:
+                raise UnreleasedInstanceIdError(
+                    f"Static member {member_id} with instance id {instance_id} cannot join the group because the "
+                    f"instance id is owned by {holder.member_id} member.")
+            return self._replace_static(holder, member_id)
         member = self.members.get(member_id)
         if member is not None:
             # A member rejoining (it lost its state): it starts again from nothing it holds.
             member.assigned, member.pending_revocation = frozenset(), frozenset()
             member.member_epoch, member.previous_member_epoch = 0, -1
             member.state = MemberState.STABLE
+            member.revocation_deadline = None
             return member
         if len(self.members) >= config.max_size:
-            raise GroupMaxSizeReachedError(f"group {self.group_id!r} has {config.max_size} members "
-                                           "(group.consumer.max.size)")
+            raise GroupMaxSizeReachedError(f"The consumer group has reached its maximum capacity of "
+                                           f"{config.max_size} members.")
         member = ConsumerMember(member_id, instance_id, rack_id, client_id, client_host, frozenset(),
                                 server_assignor, rebalance_timeout_ms)
         self.members[member_id] = member
         return member
 
-    def _known(self, member_id: str, member_epoch: int, owned) -> ConsumerMember:
+    def _replace_static(self, old: ConsumerMember, member_id: str) -> ConsumerMember:
+        """A restarted static member takes over the place, partitions and target its instance left."""
+        del self.members[old.member_id]
+        member = replace(old, member_id=member_id, member_epoch=old.previous_member_epoch
+                         if old.member_epoch == STATIC_LEAVE_EPOCH else old.member_epoch)
+        self.members[member_id] = member
+        if old.member_id in self.target:
+            self.target[member_id] = self.target.pop(old.member_id)
+        return member
+
+    def _check_instance(self, member_id: str, instance_id: str | None) -> None:
+        """A static member's request must come from the member holding its instance id now."""
+        if instance_id is not None:
+            holder = self.static_member(instance_id)
+            if holder is None:
+                raise UnknownMemberIdError(f"Instance id {instance_id} is unknown.")
+            if holder.member_id != member_id:
+                raise FencedInstanceIdError(f"Static member {member_id} with instance id {instance_id} was fenced "
+                                            f"by member {holder.member_id}.")
+
+    def _known(self, member_id: str, member_epoch: int, instance_id: str | None, owned) -> ConsumerMember:
+        self._check_instance(member_id, instance_id)
         member = self.members.get(member_id)
         if member is None:
-            raise UnknownMemberIdError(f"group {self.group_id!r} has no member {member_id!r}")
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {self.group_id}.")
         if member_epoch > member.member_epoch:
-            raise FencedMemberEpochError(f"epoch {member_epoch} is ahead of the member's {member.member_epoch}")
+            raise FencedMemberEpochError(
+                f"The consumer group member has a greater member epoch ({member_epoch}) than the one known by the "
+                f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
         if member_epoch < member.member_epoch and not (
                 member_epoch == member.previous_member_epoch and owned is not None and owned <= member.assigned):
             # Kafka's one leniency: a member that missed the answer bumping its epoch may still say the
             # previous one, as long as it holds nothing it was not given.
-            raise FencedMemberEpochError(f"epoch {member_epoch} is behind the member's {member.member_epoch}")
+            raise FencedMemberEpochError(
+                f"The consumer group member has a smaller member epoch ({member_epoch}) than the one known by the "
+                f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
         return member
 
     def _leave(self, config, member_id: str, member_epoch: int, instance_id: str | None) -> HeartbeatAnswer:
-        if member_id not in self.members:
-            raise UnknownMemberIdError(f"group {self.group_id!r} has no member {member_id!r}")
-        self.remove(member_id)
+        self._check_instance(member_id, instance_id)
+        member = self.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {self.group_id}.")
+        if member_epoch == STATIC_LEAVE_EPOCH:
+            # It means to come back: its partitions wait for it (held, no one else gets them).
+            if member.member_epoch != STATIC_LEAVE_EPOCH:
+                member.previous_member_epoch = member.member_epoch
+            member.member_epoch = STATIC_LEAVE_EPOCH
+        else:
+            self.remove(member_id)
         return HeartbeatAnswer(member_id, member_epoch, config.heartbeat_interval_ms, None)
 
     def remove(self, member_id: str) -> ConsumerMember:
@@ -218,10 +348,19 @@ class ConsumerGroup:
         return [m.member_id for m in self.members.values()
                 if m.session_deadline <= now or (m.revocation_deadline is not None and m.revocation_deadline <= now)]
 
+    def next_deadline(self) -> int | None:
+        """The earliest session or revocation deadline of the members."""
+        deadlines = [m.session_deadline for m in self.members.values()]
+        deadlines += [m.revocation_deadline for m in self.members.values() if m.revocation_deadline is not None]
+        return min(deadlines, default=None)
+
     # -- assignment --------------------------------------------------------------------------
 
+    def _wanted(self, counts: Mapping[str, int]) -> dict[str, frozenset[str]]:
+        return {m.member_id: m.topics(counts) for m in self.members.values()}
+
     def _metadata_changed(self, counts: Mapping[str, int]) -> bool:
-        wanted = set().union(*(m.subscribed_topics for m in self.members.values())) if self.members else set()
+        wanted = set().union(*self._wanted(counts).values()) if self.members else set()
         now = {t: counts[t] for t in wanted if t in counts}
         if now == self.subscribed_counts:
             return False
@@ -230,8 +369,8 @@ class ConsumerGroup:
 
     def _compute_target(self, config: ConsumerGroupConfig, counts: Mapping[str, int]) -> None:
         assign = SERVER_ASSIGNORS[self.preferred_assignor(config)]
-        subscriptions = {m.member_id: MemberSubscription(m.subscribed_topics, self.target.get(m.member_id, frozenset()))
-                         for m in self.members.values()}
+        wanted = self._wanted(counts)
+        subscriptions = {m: MemberSubscription(topics, self.target.get(m, frozenset())) for m, topics in wanted.items()}
         self.subscribed_counts = {t: counts[t] for s in subscriptions.values() for t in s.topics if t in counts}
         self.target = dict(assign(subscriptions, self.subscribed_counts))
         self.assignment_epoch = self.group_epoch
@@ -261,3 +400,14 @@ class ConsumerGroup:
                 held |= other.holds()
         member.assigned = member.assigned | frozenset(tp for tp in target if tp not in held)
         member.state = MemberState.STABLE if member.assigned == target else MemberState.UNRELEASED_PARTITIONS
+
+
+def check_join_fields(rebalance_timeout_ms: int, owned, subscribed_topics, subscribed_regex) -> None:
+    """What a (re)join (epoch 0) must carry, with Kafka's messages."""
+    if rebalance_timeout_ms < 0:
+        raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")
+    if owned is None or owned:
+        raise InvalidRequestError("TopicPartitions must be empty when (re-)joining.")
+    if subscribed_topics is None and subscribed_regex is None:
+        raise InvalidRequestError("Either SubscribedTopicNames or SubscribedTopicRegex must be non-null "
+                                  "when (re-)joining.")

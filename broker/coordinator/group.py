@@ -15,7 +15,11 @@ block on them. Deadlines (sessions, join phases) are kept in a heap that
 `poll()` runs; the owner calls it when `on_timer` says an earlier deadline
 was set.
 
-Offsets, persistence and loading are `GroupOffsets` (group_offsets.py).
+Offsets, persistence and loading are `GroupOffsets` (group_offsets.py);
+KIP-848 consumer groups, which share the group ids, offsets and timers, are
+`ConsumerGroups` (consumer_groups.py). A classic call to a consumer group
+answers as if the classic group did not exist, except a JoinGroup to an
+empty one, which converts it (Kafka's offline downgrade).
 """
 from __future__ import annotations
 
@@ -29,12 +33,14 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Iterable, Mapping
 
+from logstore.broker.coordinator.consumer_group import ConsumerGroupConfig
+from logstore.broker.coordinator.consumer_groups import ConsumerGroups
 from logstore.broker.coordinator.group_log import encode_group_key, encode_group_value
 from logstore.broker.coordinator.group_offsets import Effects, GroupOffsets
-from logstore.broker.coordinator.group_state import Group, GroupState, Member
-from logstore.errors import (CoordinatorNotAvailableError, FencedInstanceIdError, GroupMaxSizeReachedError,
-                             IllegalGenerationError, InconsistentGroupProtocolError, InvalidGroupIdError,
-                             InvalidSessionTimeoutError, LogStoreError, MemberIdRequiredError,
+from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, Group, GroupState, Member
+from logstore.errors import (CoordinatorNotAvailableError, FencedInstanceIdError, GroupIdNotFoundError,
+                             GroupMaxSizeReachedError, IllegalGenerationError, InconsistentGroupProtocolError,
+                             InvalidGroupIdError, InvalidSessionTimeoutError, LogStoreError, MemberIdRequiredError,
                              RebalanceInProgressError, UnknownMemberIdError)
 
 log = logging.getLogger(__name__)
@@ -54,6 +60,7 @@ class GroupConfig:
     offset_metadata_max_bytes: int = 4_096       # offset.metadata.max.bytes
     offsets_retention_ms: int = 7 * 24 * 3_600_000  # offsets.retention.minutes
     fsync: bool = True                           # logstore.acks.all.fsync
+    consumer: ConsumerGroupConfig = ConsumerGroupConfig()  # group.consumer.* (KIP-848 groups)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "GroupConfig":
@@ -67,7 +74,7 @@ class GroupConfig:
         values = {field: settings[name] for name, field in names.items() if name in settings}
         if "offsets.retention.minutes" in settings:
             values["offsets_retention_ms"] = settings["offsets.retention.minutes"] * 60_000
-        return cls(**values)
+        return cls(**values, consumer=ConsumerGroupConfig.from_settings(settings))
 
 
 @dataclass(frozen=True)
@@ -114,6 +121,16 @@ class GroupDescription:
     members: tuple[MemberDescription, ...]
 
 
+@dataclass(frozen=True)
+class ListedGroup:
+    """A group as ListGroups shows it; `group_type` is "classic" or "consumer" (v5)."""
+
+    group_id: str
+    protocol_type: str
+    state: str
+    group_type: str
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -127,8 +144,8 @@ def _answered(value: Any) -> Future:
     return future
 
 
-class GroupCoordinator(GroupOffsets):
-    """Classic consumer groups and committed offsets, persisted in `__consumer_offsets`."""
+class GroupCoordinator(GroupOffsets, ConsumerGroups):
+    """Classic and KIP-848 consumer groups and committed offsets, persisted in `__consumer_offsets`."""
 
     def __init__(self, store, transactions, config: GroupConfig = GroupConfig(), *,
                  clock: Callable[[], int] = _now_ms, on_timer: Callable[[], None] | None = None):
@@ -145,6 +162,8 @@ class GroupCoordinator(GroupOffsets):
         self._wake_at: int | None = None
         # (partition, producer id) -> groups holding that producer's pending offsets there
         self._txn_groups: dict[tuple[int, int], set[str]] = {}
+        # (group id, member id) -> the deadline of a KIP-848 member's queued timer
+        self._consumer_timers: dict[tuple[str, str], int] = {}
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` if it is missing (Kafka does so at the first FindCoordinator)."""
@@ -173,7 +192,8 @@ class GroupCoordinator(GroupOffsets):
                 if group is None:
                     continue
                 if member_id is None:
-                    self._on_group_deadline(group, now, fx)
+                    if group.consumer is None:
+                        self._on_group_deadline(group, now, fx)
                 else:
                     self._on_member_deadline(group, member_id, deadline, now, fx)
             self._wake_at = self._timers[0][0] if self._timers else None
@@ -182,6 +202,9 @@ class GroupCoordinator(GroupOffsets):
         return wake_at
 
     def _on_member_deadline(self, group: Group, member_id: str, deadline: int, now: int, fx: Effects) -> None:
+        if group.consumer is not None:
+            self._on_consumer_deadline(group, member_id, deadline, now, fx)
+            return
         pending = group.pending_members.get(member_id)
         if pending is not None:
             if pending <= now:
@@ -234,6 +257,14 @@ class GroupCoordinator(GroupOffsets):
         with self._lock:
             group = self._groups.get(group_id)
             try:
+                if group is not None and group.consumer is not None:
+                    if not group.is_empty:
+                        # group.consumer.migration.policy=disabled: no classic member joins a consumer group.
+                        raise GroupIdNotFoundError(f"Group {group_id} is not a classic group.")
+                    # Kafka's offline downgrade: the empty consumer group goes (its offsets stay).
+                    self._remove_consumer_records(fx, group)
+                    group.consumer = None
+                    log.info("group %r: empty consumer group converted to a classic group", group_id)
                 if group is None:
                     if member_id:
                         raise UnknownMemberIdError(f"group {group_id!r} does not exist")
@@ -479,6 +510,8 @@ class GroupCoordinator(GroupOffsets):
         group = self._groups.get(group_id)
         if group is None:
             raise UnknownMemberIdError(f"group {group_id!r} does not exist")
+        if group.consumer is not None:
+            raise UnknownMemberIdError(f"group {group_id!r} is a consumer group: it has no classic members")
         if group.is_in(GroupState.DEAD):
             raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")
         return group
@@ -600,10 +633,11 @@ class GroupCoordinator(GroupOffsets):
     # -- what operators see ------------------------------------------------------------------
 
     def describe(self, group_id: str) -> GroupDescription:
-        """DescribeGroups for one group (Dead with no members when unknown, as Kafka answers)."""
+        """DescribeGroups for one classic group (Dead with no members when unknown, as Kafka answers)."""
         with self._lock:
             group = self._groups.get(group_id)
-            if group is None:
+            if group is None or group.consumer is not None:
+                # A consumer group is no classic group: Dead, as Kafka answers DescribeGroups up to v5.
                 return GroupDescription(group_id, GroupState.DEAD.value, "", "", ())
             stable = group.is_in(GroupState.STABLE)
             members = tuple(MemberDescription(
@@ -615,8 +649,16 @@ class GroupCoordinator(GroupOffsets):
 
     def list_groups(self, states: Iterable[str] = ()) -> list[tuple[str, str, str]]:
         """ListGroups: (group id, protocol type, state) of every group, or of those in `states`."""
-        wanted = {s.lower() for s in states}
+        return [(g.group_id, g.protocol_type, g.state) for g in self.listed_groups(states)]
+
+    def listed_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
+        """ListGroups v5: every group of both kinds, or those in `states` and of `types` (case-insensitive,
+        as Kafka compares them)."""
+        wanted = {s.strip().lower() for s in states}
+        kinds = {t.strip().lower() for t in types}
         with self._lock:
-            return [(g.group_id, g.protocol_type or "", g.state.value) for g in self._groups.values()
-                    if not wanted or g.state.value.lower() in wanted]
+            listed = [ListedGroup(g.group_id, CONSUMER_PROTOCOL if g.consumer is not None else g.protocol_type or "",
+                                  g.state_name, g.group_type) for g in self._groups.values()]
+        return [g for g in listed if (not wanted or g.state.lower() in wanted)
+                and (not kinds or g.group_type in kinds)]
 

@@ -3,9 +3,10 @@
 The key's leading int16 is the record type: 0 and 1 are an OffsetCommitKey
 (group, topic, partition; one layout, Kafka writes 1), 2 a GroupMetadataKey
 (group). Types 3 and up are KIP-848 consumer-group and KIP-932 share-group
-records that a classic-group coordinator does not keep: `decode_key` returns
-None for them so that loading a partition Kafka wrote skips them instead of
-failing. A null value is a tombstone and never reaches these decoders.
+records that a classic group does not keep: `decode_key` returns None for
+them so that the classic loading passes over them instead of failing (types
+3-8 are read by consumer_group_log.py; the others are skipped). A null
+value is a tombstone and never reaches these decoders.
 
 Written as a current Kafka broker writes them: key v1 and v2,
 OffsetCommitValue v3 (v1 when the commit carries an expire timestamp, the

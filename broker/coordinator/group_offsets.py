@@ -9,6 +9,10 @@ log wins, whatever order they completed in, as in Kafka. `load()` rebuilds
 groups and offsets on start by replaying the partitions, markers included.
 Records are appended under the coordinator's lock, so the log holds changes
 in the order they were made, and waited for outside it.
+
+A KIP-848 consumer group keeps its offsets here too; its members commit
+with their member epoch, checked as Kafka's ConsumerGroup checks it
+(consumer_groups.py), and its own records load beside the classic ones.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import logging
 from concurrent.futures import Future
 from typing import Any, Iterable, Mapping
 
+from logstore.broker.coordinator import consumer_group_log
 from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, OffsetKey, OffsetValue, decode_group_value,
                                                    decode_key, decode_offset_value, encode_group_key,
                                                    encode_group_value, encode_offset_key, encode_offset_value,
@@ -50,7 +55,8 @@ class GroupOffsets:
     """The group coordinator's records and offsets: what it appends to `__consumer_offsets`, how it
     reads them back on start, and the offset APIs. `GroupCoordinator` supplies the state it uses:
     `store`, `transactions`, `config`, `_clock`, `_lock`, `_groups`, `_txn_groups`, the
-    membership check `_current_member` and `_schedule_member`."""
+    membership check `_current_member` and `_schedule_member`, and (`ConsumerGroups`) the
+    consumer-group checks, tombstones and sessions."""
 
     # -- the log ---------------------------------------------------------------------------
 
@@ -103,8 +109,9 @@ class GroupOffsets:
         now = self._clock()
         groups: dict[str, Group] = {}
         txn_groups: dict[tuple[int, int], set[str]] = {}
+        topic_names = self._topic_names()
         for p in range(partitions):
-            loaded, pending = _load_partition(self.store.log(OFFSETS_TOPIC, p), p, now)
+            loaded, pending = _load_partition(self.store.log(OFFSETS_TOPIC, p), p, now, topic_names.get)
             groups.update(loaded)
             for producer_id, entries in pending.items():
                 for group_id, tp, offset in entries:
@@ -114,14 +121,17 @@ class GroupOffsets:
         with self._lock:
             self._groups = groups
             self._txn_groups = txn_groups
+            self._consumer_timers = {}
             for group in groups.values():
                 for member in group.members.values():
                     self._schedule_member(group, member, member.heartbeat_deadline)
+                if group.consumer is not None:
+                    self._start_consumer_sessions(group, now)
         return len(groups)
     # -- offsets ---------------------------------------------------------------------------
 
     def _offsets_group(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
-                       transactional: bool) -> Group:
+                       transactional: bool, api_version: int | None = None) -> Group:
         """The group an offset commit goes to, after Kafka's checks (a simple group is made if needed)."""
         # The empty group id is a group like any other here: Kafka keeps accepting it for commits.
         group = self._groups.get(group_id)
@@ -131,6 +141,10 @@ class GroupOffsets:
             group = self._groups[group_id] = Group(group_id, self.partition_of(group_id), state_timestamp=self._clock())
         if group.is_in(GroupState.DEAD):
             raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")
+        if group.consumer is not None:
+            self._check_consumer_commit(group, member_id, group_instance_id, generation_id, transactional,
+                                        api_version)
+            return group
         if generation_id < 0 and group.is_in(GroupState.EMPTY):
             return group
         if generation_id >= 0 or member_id or group_instance_id is not None:
@@ -165,15 +179,18 @@ class GroupOffsets:
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
                        offsets: Mapping[TopicPartition, tuple[int, int, str | None]],
-                       expire_timestamp: int = -1) -> dict[TopicPartition, LogStoreError | None]:
+                       expire_timestamp: int = -1, api_version: int | None = None
+                       ) -> dict[TopicPartition, LogStoreError | None]:
         """OffsetCommit: persist (offset, leader epoch, metadata) per partition; an error or None for each.
 
-        A group-level refusal (unknown member, wrong generation, ...) is raised.
+        `generation_id` is a consumer group member's epoch; `api_version` the request's, when there is
+        one (a KIP-848 member must commit with v9+). A group-level refusal (unknown member, wrong
+        generation, ...) is raised.
         """
         now = self._clock()
         fx = Effects()
         with self._lock:
-            group = self._offsets_group(group_id, member_id, group_instance_id, generation_id, False)
+            group = self._offsets_group(group_id, member_id, group_instance_id, generation_id, False, api_version)
             accepted, keys, values, errors = self._offset_records(group_id, offsets, now, expire_timestamp)
             if accepted:
                 try:
@@ -219,12 +236,18 @@ class GroupOffsets:
                         _keep_newer(group.offsets, tp, committed)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
-                      require_stable: bool = False) -> dict[TopicPartition, CommittedOffset | LogStoreError | None]:
-        """OffsetFetch: the committed offset of each partition (None if none; all of the group's for None)."""
+                      require_stable: bool = False, member_id: str | None = None, member_epoch: int = -1
+                      ) -> dict[TopicPartition, CommittedOffset | LogStoreError | None]:
+        """OffsetFetch: the committed offset of each partition (None if none; all of the group's for None).
+
+        A consumer group's member (v9) is checked as Kafka checks it; its refusal is raised.
+        """
         with self._lock:
             group = self._groups.get(group_id)
             if group is None:
                 return {} if partitions is None else dict.fromkeys(partitions)
+            if group.consumer is not None:
+                self._check_consumer_fetch(group, member_id, member_epoch)
             found: dict[TopicPartition, CommittedOffset | LogStoreError | None] = {}
             for tp in (group.offsets if partitions is None else partitions):
                 if require_stable and any(
@@ -245,8 +268,13 @@ class GroupOffsets:
 
     def _remove_group(self, fx: Effects, group: Group) -> None:
         """Tombstones for the group and all its offsets; it is gone (under the lock)."""
-        keys = [encode_offset_key(group.group_id, t, p) for t, p in group.offsets] + [encode_group_key(group.group_id)]
-        self._append(fx, group.partition, keys, [None] * len(keys))
+        keys = [encode_offset_key(group.group_id, t, p) for t, p in group.offsets]
+        if group.consumer is not None:
+            self._remove_consumer_records(fx, group)
+        else:
+            keys.append(encode_group_key(group.group_id))
+        if keys:
+            self._append(fx, group.partition, keys, [None] * len(keys))
         group.transition(GroupState.DEAD, self._clock())
         del self._groups[group.group_id]
 
@@ -258,9 +286,12 @@ class GroupOffsets:
             group = self._groups.get(group_id)
             if group is None or group.is_in(GroupState.DEAD):
                 raise GroupIdNotFoundError(f"no group {group_id!r}")
-            if not group.is_in(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL:
+            if group.consumer is not None:
+                subscribed = group.consumer.subscribed_topics() if group.consumer.members else set()
+            elif not group.is_in(GroupState.EMPTY) and group.protocol_type != CONSUMER_PROTOCOL:
                 raise NonEmptyGroupError(f"group {group_id!r} has members")
-            subscribed = set() if group.is_in(GroupState.EMPTY) else (group.subscribed_topics() or set())
+            else:
+                subscribed = set() if group.is_in(GroupState.EMPTY) else (group.subscribed_topics() or set())
             errors: dict[TopicPartition, LogStoreError | None] = {}
             for tp in partitions:
                 errors[tp] = (GroupSubscribedToTopicError(f"group {group_id!r} consumes {tp[0]}")
@@ -282,7 +313,7 @@ class GroupOffsets:
                 try:
                     if group is None or group.is_in(GroupState.DEAD):
                         raise GroupIdNotFoundError(f"no group {group_id!r}")
-                    if not group.is_in(GroupState.EMPTY):
+                    if not group.is_in(GroupState.EMPTY) or (group.consumer is not None and not group.is_empty):
                         raise NonEmptyGroupError(f"group {group_id!r} has members")
                     self._remove_group(fx, group)
                     errors[group_id] = None
@@ -302,9 +333,13 @@ class GroupOffsets:
         expired = 0
         with self._lock:
             for group in list(self._groups.values()):
-                if group.protocol_type is None:
+                if group.consumer is not None:
+                    # Kafka's ConsumerGroup: each offset lasts a retention from its commit, unless subscribed.
+                    subscribed = group.consumer.subscribed_topics() if group.consumer.members else set()
+                    base = -1
+                elif group.protocol_type is None:
                     # A simple group (offsets only): each offset lasts a retention from its last commit.
-                    subscribed: set[str] = set()
+                    subscribed = set()
                     base = -1
                 elif group.is_in(GroupState.EMPTY):
                     subscribed = set()
@@ -324,6 +359,8 @@ class GroupOffsets:
                 try:
                     self._delete_offsets(fx, group, old)
                     expired += len(old)
+                    # An empty group (of either kind: `is_empty` asks the consumer group) left without
+                    # offsets goes, as Kafka's maybeDeleteGroup.
                     if group.is_in(GroupState.EMPTY) and group.is_empty and not group.offsets \
                             and not group.pending_txn_offsets:
                         self._remove_group(fx, group)
@@ -341,10 +378,12 @@ def _keep_newer(offsets: dict[TopicPartition, CommittedOffset], tp: TopicPartiti
         offsets[tp] = committed
 
 
-def _load_partition(partition_log, partition: int, now: int):
+def _load_partition(partition_log, partition: int, now: int, topic_names=lambda topic_id: None):
     """Groups and offsets of one `__consumer_offsets` partition, and the transactional offsets
-    still pending there (producer id -> [(group, partition, offset)])."""
+    still pending there (producer id -> [(group, partition, offset)]). `topic_names` maps the
+    topic ids of consumer-group records to names."""
     metadata: dict[str, GroupValue | None] = {}
+    consumer_groups = consumer_group_log.ConsumerGroupLoader(topic_names)
     offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
     pending: dict[int, list[tuple[str, TopicPartition, CommittedOffset]]] = {}
     for header, records in partition_log.iter_batches():
@@ -382,18 +421,31 @@ def _load_partition(partition_log, partition: int, now: int):
                     else:
                         _keep_newer(offsets.setdefault(key.group, {}), tp, committed)
                 elif isinstance(key, GroupKey):
+                    # A tombstone ends the group's metadata, not its offsets (those have their own).
                     metadata[key.group] = None if record.value is None else decode_group_value(record.value)
-                    if record.value is None:
-                        offsets.pop(key.group, None)
+                elif key is None and record.key is not None:
+                    consumer_key = consumer_group_log.decode_key(record.key)
+                    if consumer_key is not None:
+                        consumer_groups.replay(consumer_key, record.value)
             except CorruptRecordError as exc:
                 raise StorageError(f"{OFFSETS_TOPIC}-{partition} offset {record.offset}: {exc}") from exc
     groups: dict[str, Group] = {}
-    for group_id in set(metadata) | set(offsets):
+    consumers = consumer_groups.groups()
+    for group_id in set(metadata) | set(offsets) | set(consumers):
         value = metadata.get(group_id)
         group_offsets = offsets.get(group_id, {})
-        if value is None and not group_offsets:
+        consumer = consumers.get(group_id)
+        if value is None and not group_offsets and consumer is None:
             continue
-        group = Group.from_value(group_id, partition, value, now) if value is not None else Group(group_id, partition)
+        if consumer is not None:
+            if value is not None:
+                log.warning("group %r has live classic and consumer records; loaded as a consumer group", group_id)
+            group = Group(group_id, partition)
+            group.consumer = consumer
+        elif value is not None:
+            group = Group.from_value(group_id, partition, value, now)
+        else:
+            group = Group(group_id, partition)
         group.offsets = group_offsets
         groups[group_id] = group
     return groups, pending

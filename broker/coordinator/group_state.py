@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
 from logstore.broker.coordinator.group_log import GroupValue, MemberValue
@@ -132,6 +132,9 @@ class Group:
     sync_deadline: int | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
+    # A KIP-848 consumer group's state (consumer_group.ConsumerGroup); None for a classic group. The
+    # classic fields above are then unused: the group's offsets are all it shares with the classic kind.
+    consumer: Any = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -149,7 +152,19 @@ class Group:
     @property
     def is_empty(self) -> bool:
         """No members (pending ones included)."""
+        if self.consumer is not None:
+            return not self.consumer.members
         return not self.members and not self.pending_members
+
+    @property
+    def group_type(self) -> str:
+        """Kafka's group type name: "consumer" (KIP-848) or "classic"."""
+        return "classic" if self.consumer is None else "consumer"
+
+    @property
+    def state_name(self) -> str:
+        """The state ListGroups shows: the classic state, or the consumer group's."""
+        return self.state.value if self.consumer is None else self.consumer.state
 
     # -- membership ------------------------------------------------------------------------
 

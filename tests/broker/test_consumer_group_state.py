@@ -18,17 +18,27 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from logstore.broker.coordinator.consumer_group import (ConsumerGroup, ConsumerGroupConfig, MemberState)
-from logstore.errors import FencedMemberEpochError, InvalidRequestError, UnknownMemberIdError, UnsupportedAssignorError
+from logstore.broker.coordinator.consumer_group import (ConsumerGroup, ConsumerGroupConfig, ConsumerMember,
+                                                        MemberState)
+from logstore.broker.coordinator.consumer_group_log import (ConsumerGroupLoader, ConsumerKey, decode_key, encode_key,
+                                                            records_between)
+from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
+from logstore.errors import (FencedInstanceIdError, FencedMemberEpochError, GroupIdNotFoundError,
+                             InvalidRegularExpressionError, InvalidRequestError, NonEmptyGroupError,
+                             StaleMemberEpochError, UnknownMemberIdError, UnreleasedInstanceIdError,
+                             UnsupportedAssignorError, UnsupportedVersionError)
+from logstore.manager import LogManager
 
 CONFIG = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=100)
 TOPICS = ("a", "b", "c")
 
 
 class _Client:
-    def __init__(self, member_id: str, topics: frozenset[str]):
+    def __init__(self, member_id: str, topics: frozenset[str], instance_id: str | None = None):
         self.member_id = member_id
         self.topics = topics
+        self.instance_id = instance_id
         self.epoch = 0
         self.owned: frozenset = frozenset()
         self.unprocessed: frozenset | None = None  # an answer the member has not acted on yet
@@ -62,13 +72,26 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
             # Partitions given up are dropped, new ones taken: what the member reads from now on.
             client.owned, client.unprocessed = client.unprocessed, None
 
-    @rule(topics=st.sets(st.sampled_from(TOPICS), min_size=1))
-    def join(self, topics):
+    @rule(topics=st.sets(st.sampled_from(TOPICS), min_size=1), static=st.booleans())
+    def join(self, topics, static):
         topics = frozenset(TOPICS) if self.equal else frozenset(topics)
-        client = _Client(f"m{next(self.ids)}", topics)
+        n = next(self.ids)
+        client = _Client(f"m{n}", topics, f"i{n}" if static else None)
         self.clients[client.member_id] = client
         self._beat(client, rebalance_timeout_ms=30_000, subscribed_topics=sorted(topics),
-                   server_assignor=self.assignor)
+                   server_assignor=self.assignor, instance_id=client.instance_id)
+
+    @precondition(lambda self: any(c.instance_id for c in self.clients.values()))
+    @rule(data=st.data())
+    def static_member_restarts(self, data):
+        # Leaves with -2 (its partitions are held for it), and its next instance joins under a new id.
+        old = self.clients.pop(data.draw(st.sampled_from(sorted(m for m, c in self.clients.items() if c.instance_id))))
+        self.group.heartbeat(CONFIG, self.counts, self.now, member_id=old.member_id, member_epoch=-2,
+                             instance_id=old.instance_id)
+        client = _Client(f"m{next(self.ids)}", old.topics, old.instance_id)
+        self.clients[client.member_id] = client
+        self._beat(client, rebalance_timeout_ms=30_000, subscribed_topics=sorted(client.topics),
+                   server_assignor=self.assignor, instance_id=client.instance_id)
 
     @precondition(lambda self: self.clients)
     @rule(data=st.data(), slow=st.booleans())
@@ -87,7 +110,7 @@ class ConsumerGroupMachine(RuleBasedStateMachine):
     def leave(self, data):
         client = self.clients.pop(data.draw(st.sampled_from(sorted(self.clients))))
         client.epoch = -1
-        self._beat(client)
+        self._beat(client, instance_id=client.instance_id)
 
     @precondition(lambda self: self.clients)
     @rule(data=st.data())
@@ -190,3 +213,264 @@ def test_kafkas_errors():
     group.heartbeat(CONFIG, {"t": 2}, 0, member_id=answer.member_id, member_epoch=1, owned=[("t", 0)])
     with pytest.raises(FencedMemberEpochError):
         group.heartbeat(CONFIG, {"t": 2}, 0, member_id=answer.member_id, member_epoch=1, owned=[("t", 5)])
+
+
+def test_a_static_member_leaving_with_epoch_minus_2_keeps_its_partitions_for_its_next_instance():
+    group = ConsumerGroup("g")
+    counts = {"t": 4}
+    a = group.heartbeat(CONFIG, counts, 0, member_id="a", member_epoch=0, instance_id="i-a", rebalance_timeout_ms=1,
+                        subscribed_topics=["t"], owned=[])
+    b = group.heartbeat(CONFIG, counts, 0, member_id="b", member_epoch=0, rebalance_timeout_ms=1,
+                        subscribed_topics=["t"], owned=[])
+    a = group.heartbeat(CONFIG, counts, 1, member_id="a", member_epoch=a.member_epoch, owned=a.assignment)
+    a = group.heartbeat(CONFIG, counts, 1, member_id="a", member_epoch=a.member_epoch, owned=a.assignment)
+    b = group.heartbeat(CONFIG, counts, 1, member_id="b", member_epoch=b.member_epoch, owned=[])
+    assert group.state == "Stable" and len(a.assignment) == len(b.assignment) == 2
+    epoch = group.group_epoch
+    group.heartbeat(CONFIG, counts, 2, member_id="a", member_epoch=-2, instance_id="i-a")
+    assert group.group_epoch == epoch and group.members["a"].holds() == a.assignment  # held, not handed out
+    group.heartbeat(CONFIG, counts, 3, member_id="c", member_epoch=0, instance_id="i-c", rebalance_timeout_ms=1,
+                    subscribed_topics=["t"], owned=[])
+    with pytest.raises(UnreleasedInstanceIdError):   # i-c's member did not leave: its id is not free
+        group.heartbeat(CONFIG, counts, 3, member_id="c2", member_epoch=0, instance_id="i-c", rebalance_timeout_ms=1,
+                        subscribed_topics=["t"], owned=[])
+    back = group.heartbeat(CONFIG, counts, 3, member_id="a-restarted", member_epoch=0, instance_id="i-a",
+                           rebalance_timeout_ms=1, subscribed_topics=["t"], owned=[])
+    assert back.assignment == a.assignment and "a" not in group.members
+    with pytest.raises(FencedInstanceIdError):
+        group.heartbeat(CONFIG, counts, 4, member_id="a", member_epoch=back.member_epoch, instance_id="i-a")
+
+
+def test_a_regular_expression_subscription_follows_the_topics_that_match():
+    group = ConsumerGroup("g")
+    joined = group.heartbeat(CONFIG, {"orders-1": 2, "other": 2}, 0, member_id="a", member_epoch=0,
+                             rebalance_timeout_ms=1, subscribed_topics=[], subscribed_regex="orders-.*", owned=[])
+    assert joined.assignment == {("orders-1", 0), ("orders-1", 1)}
+    grown = group.heartbeat(CONFIG, {"orders-1": 2, "orders-2": 1, "other": 2}, 1, member_id="a",
+                            member_epoch=joined.member_epoch, owned=joined.assignment)
+    assert grown.member_epoch == joined.member_epoch + 1 and ("orders-2", 0) in grown.assignment
+    with pytest.raises(InvalidRegularExpressionError):
+        group.heartbeat(CONFIG, {}, 2, member_id="b", member_epoch=0, rebalance_timeout_ms=1, subscribed_topics=[],
+                        subscribed_regex="(", owned=[])
+
+
+# -- the coordinator: persistence, timers, offsets, and classic groups beside consumer groups ----------------
+
+FAST = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=200)
+
+
+class Clock:
+    """Milliseconds that move only when a test says so."""
+
+    def __init__(self):
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Node:
+    """A store, a transaction coordinator and a group coordinator wired as the broker wires them."""
+
+    def __init__(self, path, clock: Clock, ids=None):
+        self.path, self.clock = path, clock
+        self.ids = ids if ids is not None else itertools.count(1000)
+        self.store = LogManager([str(path)])
+        if "t" not in self.store.topics():
+            self.store.create_topic("t", 4)
+        self.txn = TransactionCoordinator(self.store, lambda: next(self.ids),
+                                          TxnConfig(state_partitions=3, offsets_partitions=3, fsync=False), clock=clock)
+        self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(fsync=False, initial_rebalance_delay_ms=0,
+                                                                         consumer=FAST), clock=clock)
+        self.txn.on_offsets_marker = self.groups.complete_txn_offsets
+
+    def reopen(self) -> "Node":
+        self.store.close()
+        node = Node(self.path, self.clock, self.ids)
+        node.txn.load()
+        node.groups.load()
+        return node
+
+    def advance(self, ms: int) -> None:
+        """Move the clock, running every deadline on the way at its time."""
+        target = self.clock.now + ms
+        wake = self.groups.poll(self.clock.now)
+        while wake is not None and wake <= target:
+            self.clock.now = wake
+            wake = self.groups.poll(wake)
+        self.clock.now = target
+        self.groups.poll(target)
+
+    def beat(self, member: str, epoch: int, owned=None, group: str = "g", **fields):
+        """A heartbeat by topic names; the answer's assignment back in names (None: unchanged)."""
+        by_topic: dict = {}
+        for topic, p in owned or ():
+            by_topic.setdefault(self.store.topic_id(topic), []).append(p)
+        if epoch == 0:
+            fields = {"rebalance_timeout_ms": 5_000, "subscribed_topic_names": ["t"], **fields}
+            owned = ()
+        answer = self.groups.consumer_group_heartbeat(group, member, epoch, owned=None if owned is None else
+                                                      list(by_topic.items()), **fields)
+        names = {self.store.topic_id(t): t for t in self.store.topics()}
+        assigned = None if answer.assignment is None else frozenset(
+            (names[topic_id], p) for topic_id, ps in answer.assignment for p in ps)
+        return answer.member_epoch, assigned
+
+
+@pytest.fixture
+def node(tmp_path):
+    node = Node(tmp_path, Clock())
+    yield node
+    node.store.close()
+
+
+def settle(node: Node, epochs: dict, owned: dict, rounds: int = 3) -> None:
+    """Members heartbeat (and act on what they get) until quiet."""
+    for _ in range(rounds):
+        for member in epochs:
+            epoch, got = node.beat(member, epochs[member], owned[member])
+            epochs[member] = epoch
+            if got is not None:
+                owned[member] = got
+
+
+def test_the_group_its_epochs_assignments_and_offsets_survive_a_restart(node):
+    epochs, owned = {}, {}
+    for member in ("a", "b"):
+        epochs[member], owned[member] = node.beat(member, 0)
+    settle(node, epochs, owned)
+    assert owned["a"] | owned["b"] == {("t", p) for p in range(4)} and len(owned["a"]) == 2
+    assert node.groups.commit_offsets("g", "a", None, epochs["a"], {("t", 0): (7, -1, "m")}, api_version=9) == {
+        ("t", 0): None}
+    before = node.groups.consumer_group_describe(["g"])[0]
+
+    node = node.reopen()
+    after = node.groups.consumer_group_describe(["g"])[0]
+    assert after == before and after.state == "Stable"
+    assert node.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 7
+    # The members heartbeat on in their epochs: nothing moves.
+    assert node.beat("a", epochs["a"]) == (epochs["a"], None)
+    assert node.beat("b", epochs["b"], owned["b"])[0] == epochs["b"]
+    # The classic loader passed over every consumer record; those made the group again.
+    assert [(g.group_id, g.group_type, g.state) for g in node.groups.listed_groups()] == [("g", "consumer", "Stable")]
+    node.store.close()
+
+
+def test_a_member_silent_past_its_session_is_removed_and_its_partitions_move(node):
+    epochs, owned = {}, {}
+    for member in ("a", "b"):
+        epochs[member], owned[member] = node.beat(member, 0)
+    settle(node, epochs, owned)
+    node.advance(1_500)
+    epochs["a"], _ = node.beat("a", epochs["a"], owned["a"])
+    node.advance(600)   # b has been silent 2.1 s: its session (2 s) is over
+    with pytest.raises(UnknownMemberIdError):
+        node.beat("b", epochs["b"])
+    epoch, got = node.beat("a", epochs["a"], owned["a"])
+    assert epoch > epochs["a"] and got == {("t", p) for p in range(4)}
+
+
+def test_a_member_that_does_not_revoke_within_its_rebalance_timeout_is_removed(node):
+    a_epoch, a_owned = node.beat("a", 0)
+    b_epoch, _ = node.beat("b", 0)
+    a_epoch, revoking = node.beat("a", a_epoch, a_owned)   # told to give two up; it never says it did
+    assert len(revoking) == 2
+    for _ in range(4):   # both heartbeat within their sessions; a keeps its partitions and its epoch
+        node.advance(1_000)
+        assert node.beat("a", a_epoch) == (a_epoch, None)
+        b_epoch, _ = node.beat("b", b_epoch, ())
+    node.advance(1_000)   # 5 s since a was told to revoke: its rebalance timeout
+    with pytest.raises(UnknownMemberIdError):
+        node.beat("a", a_epoch)
+    b_epoch, got = node.beat("b", b_epoch, ())
+    assert got == {("t", p) for p in range(4)}
+
+
+def test_commits_and_fetches_of_members_are_checked_by_member_epoch(node):
+    assert node.groups.commit_offsets("g", "", None, -1, {("t", 0): (1, -1, "")}) == {("t", 0): None}, \
+        "a simple commit makes a classic group, as Kafka does"
+    epoch, owned = node.beat("a", 0)   # ... which, empty, a heartbeat converts (its offsets stay)
+    assert node.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 1
+    commit = {("t", 0): (5, -1, "")}
+    with pytest.raises(StaleMemberEpochError):
+        node.groups.commit_offsets("g", "a", None, epoch - 1, commit, api_version=9)
+    with pytest.raises(UnknownMemberIdError):
+        node.groups.commit_offsets("g", "nobody", None, epoch, commit, api_version=9)
+    with pytest.raises(UnknownMemberIdError):
+        node.groups.commit_offsets("g", "", None, -1, commit)   # the group has members now
+    with pytest.raises(UnsupportedVersionError):
+        node.groups.commit_offsets("g", "a", None, epoch, commit, api_version=8)
+    with pytest.raises(StaleMemberEpochError):
+        node.groups.fetch_offsets("g", [("t", 0)], member_id="a", member_epoch=epoch + 1)
+    assert node.groups.fetch_offsets("g", [("t", 0)], member_id="a", member_epoch=epoch)[("t", 0)].offset == 1
+    # A transactional copier commits with the consumer's group metadata (member id, epoch as generation).
+    pid, producer_epoch = node.txn.init_producer_id("copier", 60_000)
+    node.txn.add_offsets("copier", pid, producer_epoch, "g")
+    with pytest.raises(StaleMemberEpochError):
+        node.groups.commit_txn_offsets("copier", "g", pid, producer_epoch, "a", None, epoch + 1, commit)
+    assert node.groups.commit_txn_offsets("copier", "g", pid, producer_epoch, "a", None, epoch, commit) == {
+        ("t", 0): None}
+    node.txn.end_transaction("copier", pid, producer_epoch, True)
+    assert node.groups.fetch_offsets("g", [("t", 0)])[("t", 0)].offset == 5
+
+
+def test_one_id_is_one_kind_of_group_as_kafka_4_has_it(node):
+    classic = node.groups.join_group("old", "", None, "c", "/h", 10_000, 10_000, "consumer",
+                                     [("range", b"")], False).result(1)
+    with pytest.raises(GroupIdNotFoundError, match="is not a consumer group"):
+        node.beat("m", 0, group="old")
+    epoch, _ = node.beat("m", 0, group="new")
+    refused = node.groups.join_group("new", "", None, "c", "/h", 10_000, 10_000, "consumer", [("range", b"")], False)
+    with pytest.raises(GroupIdNotFoundError, match="is not a classic group"):
+        refused.result(1)
+    with pytest.raises(UnknownMemberIdError):
+        node.groups.heartbeat("new", 1, "m")
+    listed = {(g.group_id, g.group_type, g.protocol_type) for g in node.groups.listed_groups()}
+    assert listed == {("old", "classic", "consumer"), ("new", "consumer", "consumer")}
+    assert [g.group_id for g in node.groups.listed_groups(types=["Consumer"])] == ["new"]
+    assert node.groups.describe("new").state == "Dead", "DescribeGroups (v0-5) knows no consumer group"
+    not_consumer = node.groups.consumer_group_describe(["old"])[0].error
+    assert isinstance(not_consumer, GroupIdNotFoundError) and "not a consumer group" in str(not_consumer)
+    assert isinstance(node.groups.delete_groups(["new"])["new"], NonEmptyGroupError)
+
+    # Once empty, either kind becomes the other on a join (Kafka's offline upgrade and downgrade).
+    node.beat("m", -1, group="new")
+    node.groups.leave_group("old", [(classic.member_id, None)])
+    converted = node.groups.join_group("new", "", None, "c", "/h", 10_000, 10_000, "consumer",
+                                       [("range", b"")], False).result(1)
+    assert converted.generation_id == 1
+    node.groups.sync_group("new", 1, converted.member_id, None, {converted.member_id: b""}).result(1)
+    node.beat("m2", 0, group="old")
+    listed = {(g.group_id, g.group_type) for g in node.groups.listed_groups()}
+    assert listed == {("old", "consumer"), ("new", "classic")}
+    node.beat("m2", -1, group="old")
+    assert node.groups.delete_groups(["old"]) == {"old": None}
+    node = node.reopen()
+    assert [(g.group_id, g.group_type) for g in node.groups.listed_groups()] == [("new", "classic")]
+    node.store.close()
+
+
+def test_record_layouts_are_kafkas():
+    """ConsumerGroupMetadataKey v3 / Value v0 and CurrentMemberAssignment, byte for byte per Kafka's schemas."""
+    key = encode_key(ConsumerKey(3, "g"))
+    assert key == b"\x00\x03" + b"\x00\x01g"
+    member_key = encode_key(ConsumerKey(8, "g", "m"))
+    assert member_key == b"\x00\x08\x00\x01g\x00\x01m" and decode_key(member_key) == ConsumerKey(8, "g", "m")
+    assert decode_key(b"\x00\x02\x00\x01g") is None, "type 2 is the classic GroupMetadata"
+    before = ConsumerGroup("g")
+    after = ConsumerGroup("g", group_epoch=5, assignment_epoch=5)
+    records = dict(records_between(before, after, lambda topic: None))
+    assert records[key] == b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x00"   # version 0, Epoch, no tagged fields
+    topic_id = bytes(range(16))
+    member = ConsumerMember("m", None, None, "c", "/h", frozenset({"t"}), None, 1_000, member_epoch=5,
+                            previous_member_epoch=4, assigned=frozenset({("t", 1)}))
+    after.members["m"] = member
+    value = dict(records_between(before, after, lambda topic: topic_id))[member_key]
+    assert value == (b"\x00\x00" + b"\x00\x00\x00\x05" + b"\x00\x00\x00\x04" + b"\x00"   # epochs, STABLE
+                     + b"\x02" + topic_id + b"\x02" + b"\x00\x00\x00\x01" + b"\x00"      # [t: [1]]
+                     + b"\x01" + b"\x00")                                                # [], no tags
+    loader = ConsumerGroupLoader({topic_id: "t"}.get)
+    for k, v in records_between(before, after, lambda topic: topic_id):
+        loader.replay(decode_key(k), v)
+    loaded = loader.groups()["g"]
+    assert (loaded.group_epoch, loaded.members["m"].assignment_key()) == (5, member.assignment_key())

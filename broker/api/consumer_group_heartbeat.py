@@ -1,0 +1,64 @@
+"""ConsumerGroupHeartbeat (68), v0-1: a KIP-848 consumer joins, stays in, or leaves its group.
+
+Behavior:
+- MemberEpoch 0 joins (RebalanceTimeoutMs, a subscription and an empty
+  TopicPartitions are required), the member's epoch heartbeats, -1 leaves,
+  -2 leaves a static member's place open for its next instance.
+- The answer carries the member's epoch and, when it changed (or the request
+  was a join or a full one), its assignment by topic id: the partitions it
+  may read now. A partition another member still holds comes later.
+- Fields left null are unchanged since the member's last heartbeat.
+- Errors are Kafka's, with its messages: INVALID_REQUEST, UNKNOWN_MEMBER_ID,
+  FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
+  UNSUPPORTED_ASSIGNOR, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
+  GROUP_ID_NOT_FOUND (a classic group with members).
+
+Version notes: v1 (Kafka 4.0) makes the client generate its member id (an
+empty one is INVALID_REQUEST) and adds SubscribedTopicRegex; v0's member id
+may be empty on a join, and the coordinator makes one.
+"""
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from functools import partial
+
+from kio.static.primitive import i32Timedelta
+
+from logstore.broker.api import api, build, response_type
+from logstore.broker.api.group_calls import millis
+from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.errors import LogStoreError
+
+KEY = 68
+CLIENT_MEMBER_ID = 1
+
+
+@api(KEY, 0, 1)
+async def handle(request, body):
+    """Run the heartbeat through the group coordinator."""
+    version = request.version
+    response = response_type(KEY, version)
+    owned = None if body.topic_partitions is None else [
+        (t.topic_id.bytes if t.topic_id is not None else bytes(16), tuple(t.partitions)) for t in body.topic_partitions]
+    try:
+        result = await request.broker.coordinate(partial(
+            request.broker.groups.consumer_group_heartbeat, body.group_id, body.member_id, body.member_epoch,
+            instance_id=body.instance_id, rack_id=body.rack_id,
+            rebalance_timeout_ms=millis(body.rebalance_timeout), subscribed_topic_names=body.subscribed_topic_names,
+            subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+            server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
+            client_host=request.client_host, member_id_required=version >= CLIENT_MEMBER_ID))
+    except LogStoreError as exc:
+        return build(response, throttle_time=ZERO_MS, error_code=ErrorCode(exc.code), error_message=str(exc),
+                     member_id=None, member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
+    assignment = None
+    if result.assignment is not None:
+        partitions_cls = response_type(KEY, version, "TopicPartitions")
+        assignment = build(response_type(KEY, version, "Assignment"), topic_partitions=tuple(
+            build(partitions_cls, topic_id=uuid.UUID(bytes=topic_id), partitions=partitions)
+            for topic_id, partitions in result.assignment))
+    return build(response, throttle_time=ZERO_MS, error_code=ErrorCode.none, error_message=None,
+                 member_id=result.member_id, member_epoch=result.member_epoch,
+                 heartbeat_interval=i32Timedelta.parse(timedelta(milliseconds=result.heartbeat_interval_ms)),
+                 assignment=assignment)

@@ -1,0 +1,331 @@
+"""`__consumer_offsets` records of KIP-848 consumer groups, as Kafka 4.0's group coordinator writes them.
+
+The key's leading int16 is the record type; types 0-2 are the classic ones
+in group_log.py. Keys are never flexible; every value here is
+version 0, flexible (compact lengths, a tagged-field section closing each
+struct; unknown tags are skipped, so a later Kafka's additions load).
+Partitions are named by topic id (16 bytes), as in Kafka.
+
+  3 ConsumerGroupMetadata         key (group)          value Epoch int32
+  4 ConsumerGroupPartitionMetadata key (group)         value Topics [TopicId uuid, TopicName string,
+                                                             NumPartitions int32, PartitionMetadata
+                                                             [Partition int32, Racks [string]]]
+  5 ConsumerGroupMemberMetadata   key (group, member)  value InstanceId string?, RackId string?,
+                                                             ClientId string, ClientHost string,
+                                                             SubscribedTopicNames [string],
+                                                             SubscribedTopicRegex string?,
+                                                             RebalanceTimeoutMs int32, ServerAssignor string?
+                                                             (tag 0: ClassicMemberMetadata, skipped)
+  6 ConsumerGroupTargetAssignmentMetadata key (group)  value AssignmentEpoch int32
+  7 ConsumerGroupTargetAssignmentMember key (group, member) value TopicPartitions [TopicId uuid,
+                                                             Partitions [int32]]
+  8 ConsumerGroupCurrentMemberAssignment key (group, member) value MemberEpoch int32,
+                                                             PreviousMemberEpoch int32, State int8,
+                                                             AssignedPartitions [TopicId, Partitions],
+                                                             PartitionsPendingRevocation [TopicId, Partitions]
+
+A null value is a tombstone. `records_between` turns a change of a group
+into the records Kafka would write for it; `ConsumerGroupLoader` replays
+them, in log order, back into groups.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+from logstore.broker.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from logstore.broker.coordinator.records import Reader, Writer
+from logstore.errors import CorruptRecordError
+
+GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
+VALUE_VERSION = 0
+_STATE_BYTES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberState.UNRELEASED_PARTITIONS: 2}
+_STATES = {v: k for k, v in _STATE_BYTES.items()}
+
+TopicPartition = tuple[str, int]
+TopicIds = Callable[[str], bytes | None]   # topic name -> its 16-byte id (None: the topic is gone)
+TopicNames = Callable[[bytes], str | None]  # id -> name
+
+
+@dataclass(frozen=True)
+class ConsumerKey:
+    """The key of a consumer-group record: its type, group and (for member records) member."""
+
+    record_type: int
+    group: str
+    member: str | None = None
+
+
+def encode_key(key: ConsumerKey) -> bytes:
+    """The key bytes (its version is the record type)."""
+    w = Writer().int(2, key.record_type).string(False, key.group)
+    if key.record_type in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT):
+        w.string(False, key.member)
+    return w.getvalue()
+
+
+def decode_key(data) -> ConsumerKey | None:
+    """A consumer-group key, or None for another record type."""
+    reader = Reader(data, "__consumer_offsets key")
+    record_type = reader.int(2)
+    if not GROUP_EPOCH <= record_type <= CURRENT_ASSIGNMENT:
+        return None
+    group = reader.string(False)
+    member = reader.string(False) if record_type in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT) else None
+    reader.end()
+    return ConsumerKey(record_type, group, member)
+
+
+# -- values ------------------------------------------------------------------------------------------
+
+_UUID = struct.Struct(">qq")
+
+
+def _put_uuid(w: Writer, topic_id: bytes) -> Writer:
+    high, low = _UUID.unpack(topic_id)
+    return w.int(8, high).int(8, low)
+
+
+def _uuid(reader: Reader) -> bytes:
+    return _UUID.pack(reader.int(8), reader.int(8))
+
+def _value() -> Writer:
+    return Writer().int(2, VALUE_VERSION)
+
+
+def _partitions(w: Writer, partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> None:
+    by_id: dict[bytes, list[int]] = {}
+    for topic, p in sorted(partitions):
+        topic_id = topic_ids(topic)
+        if topic_id is not None:
+            by_id.setdefault(topic_id, []).append(p)
+    w.array_header(True, len(by_id))
+    for topic_id, ps in by_id.items():
+        _put_uuid(w, topic_id).array_header(True, len(ps))
+        for p in ps:
+            w.int(4, p)
+        w.tagged_fields()
+
+
+def _read_partitions(reader: Reader, topic_names: TopicNames) -> frozenset[TopicPartition]:
+    def entry():
+        topic_id = _uuid(reader)
+        ps = reader.array(True, lambda: reader.int(4))
+        reader.tagged_fields()
+        return topic_id, ps
+    found = set()
+    for topic_id, ps in reader.array(True, entry):
+        name = topic_names(topic_id)
+        if name is not None:   # a topic deleted since: its partitions are gone
+            found.update((name, p) for p in ps)
+    return frozenset(found)
+
+
+def _epoch_value(epoch: int) -> bytes:
+    return _value().int(4, epoch).tagged_fields().getvalue()
+
+
+def _partition_metadata_value(counts: Mapping[str, int], topic_ids: TopicIds) -> bytes:
+    rows = [(topic_ids(t), t, n) for t, n in sorted(counts.items())]
+    rows = [r for r in rows if r[0] is not None]
+    w = _value().array_header(True, len(rows))
+    for topic_id, name, n in rows:
+        _put_uuid(w, topic_id).string(True, name).int(4, n).array_header(True, 0).tagged_fields()
+    return w.tagged_fields().getvalue()
+
+
+def _member_value(m: ConsumerMember) -> bytes:
+    w = _value().string(True, m.instance_id).string(True, m.rack_id).string(True, m.client_id)
+    w.string(True, m.client_host).array_header(True, len(m.subscribed_topics))
+    for topic in sorted(m.subscribed_topics):
+        w.string(True, topic)
+    w.string(True, m.subscribed_regex).int(4, m.rebalance_timeout_ms).string(True, m.server_assignor)
+    return w.tagged_fields().getvalue()
+
+
+def _target_value(partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> bytes:
+    w = _value()
+    _partitions(w, partitions, topic_ids)
+    return w.tagged_fields().getvalue()
+
+
+def _assignment_value(m: ConsumerMember, topic_ids: TopicIds) -> bytes:
+    w = _value().int(4, m.member_epoch).int(4, m.previous_member_epoch).int(1, _STATE_BYTES[m.state])
+    _partitions(w, m.assigned, topic_ids)
+    _partitions(w, m.pending_revocation, topic_ids)
+    return w.tagged_fields().getvalue()
+
+
+def _reader(data, what: str) -> Reader:
+    reader = Reader(data, what)
+    version = reader.int(2)
+    if version != VALUE_VERSION:
+        raise CorruptRecordError(f"{what} version {version} is not 0")
+    return reader
+
+
+# -- what a change writes ------------------------------------------------------------------------------
+
+def records_between(before: ConsumerGroup | None, after: ConsumerGroup | None,
+                    topic_ids: TopicIds) -> list[tuple[bytes, bytes | None]]:
+    """The (key, value) records that turn `before` into `after` (None: no group), in Kafka's order:
+    members' metadata, subscription metadata, group epoch, target assignment, current assignments."""
+    group_id = (after or before).group_id
+    old = before or ConsumerGroup(group_id, group_epoch=-1, assignment_epoch=-1)
+    records: list[tuple[bytes, bytes | None]] = []
+
+    def put(record_type, value, member=None):
+        records.append((encode_key(ConsumerKey(record_type, group_id, member)), value))
+
+    if after is None:
+        # Tombstones, as Kafka's ConsumerGroup.createGroupTombstoneRecords orders them.
+        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
+            for member_id in old.members:
+                put(record_type, None, member_id)
+        put(TARGET_EPOCH, None)
+        put(PARTITION_METADATA, None)
+        put(GROUP_EPOCH, None)
+        return records
+    for member_id in old.members.keys() - after.members.keys():
+        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
+            put(record_type, None, member_id)
+    for member_id, m in after.members.items():
+        was = old.members.get(member_id)
+        if was is None or was.metadata_key() != m.metadata_key():
+            put(MEMBER_METADATA, _member_value(m), member_id)
+    if after.subscribed_counts != old.subscribed_counts:
+        put(PARTITION_METADATA, _partition_metadata_value(after.subscribed_counts, topic_ids))
+    if after.group_epoch != old.group_epoch:
+        put(GROUP_EPOCH, _epoch_value(after.group_epoch))
+    for member_id, partitions in after.target.items():
+        if old.target.get(member_id) != partitions or member_id not in old.members:
+            put(TARGET_MEMBER, _target_value(partitions, topic_ids), member_id)
+    for member_id in old.target.keys() - after.target.keys():
+        if member_id in after.members:
+            put(TARGET_MEMBER, None, member_id)
+    if after.assignment_epoch != old.assignment_epoch:
+        put(TARGET_EPOCH, _epoch_value(after.assignment_epoch))
+    for member_id, m in after.members.items():
+        was = old.members.get(member_id)
+        if was is None or was.assignment_key() != m.assignment_key():
+            put(CURRENT_ASSIGNMENT, _assignment_value(m, topic_ids), member_id)
+    return records
+
+
+# -- loading ----------------------------------------------------------------------------------------
+
+@dataclass
+class _Loading:
+    epoch: int | None = None
+    assignment_epoch: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
+    target: dict[str, frozenset[TopicPartition]] = field(default_factory=dict)
+
+
+class ConsumerGroupLoader:
+    """Replays consumer-group records in log order; `groups()` is what they leave."""
+
+    def __init__(self, topic_names: TopicNames):
+        self._names = topic_names
+        self._groups: dict[str, _Loading] = {}
+
+    def replay(self, key: ConsumerKey, value) -> None:
+        """Apply one record (value None: a tombstone)."""
+        what = f"consumer group {key.group!r} record type {key.record_type}"
+        g = self._groups.setdefault(key.group, _Loading())
+        t = key.record_type
+        if t == GROUP_EPOCH:
+            if value is None:
+                self._groups.pop(key.group, None)
+            else:
+                reader = _reader(value, what)
+                g.epoch = reader.int(4)
+                reader.tagged_fields()
+                reader.end()
+        elif t == PARTITION_METADATA:
+            g.counts = {} if value is None else self._counts(value, what)
+        elif t == MEMBER_METADATA:
+            if value is None:
+                g.members.pop(key.member, None)
+            else:
+                self._member(g, key.member, value, what)
+        elif t == TARGET_EPOCH:
+            if value is not None:
+                reader = _reader(value, what)
+                g.assignment_epoch = reader.int(4)
+                reader.tagged_fields()
+                reader.end()
+        elif t == TARGET_MEMBER:
+            if value is None:
+                g.target.pop(key.member, None)
+            else:
+                reader = _reader(value, what)
+                g.target[key.member] = _read_partitions(reader, self._names)
+                reader.tagged_fields()
+                reader.end()
+        elif t == CURRENT_ASSIGNMENT and value is not None:
+            member = g.members.get(key.member)
+            reader = _reader(value, what)
+            epoch, previous, state = reader.int(4), reader.int(4), reader.int(1)
+            assigned = _read_partitions(reader, self._names)
+            pending = _read_partitions(reader, self._names)
+            reader.tagged_fields()
+            reader.end()
+            if member is not None:
+                member.member_epoch, member.previous_member_epoch = epoch, previous
+                member.state = _STATES.get(state, MemberState.STABLE)
+                member.assigned, member.pending_revocation = assigned, pending
+
+    def _counts(self, value, what: str) -> dict[str, int]:
+        reader = _reader(value, what)
+
+        def topic():
+            _uuid(reader)
+            name = reader.string(True)
+            n = reader.int(4)
+
+            def rack_entry():
+                reader.int(4)
+                reader.array(True, lambda: reader.string(True))
+                reader.tagged_fields()
+            reader.array(True, rack_entry)
+            reader.tagged_fields()
+            return name, n
+        counts = dict(reader.array(True, topic))
+        reader.tagged_fields()
+        reader.end()
+        return counts
+
+    def _member(self, g: _Loading, member_id: str, value, what: str) -> None:
+        reader = _reader(value, what)
+        instance_id = reader.string(True, nullable=True)
+        rack_id = reader.string(True, nullable=True)
+        client_id = reader.string(True)
+        client_host = reader.string(True)
+        topics = frozenset(reader.array(True, lambda: reader.string(True)))
+        regex = reader.string(True, nullable=True)
+        rebalance_timeout_ms = reader.int(4)
+        assignor = reader.string(True, nullable=True)
+        reader.tagged_fields()
+        reader.end()
+        member = g.members.get(member_id)
+        if member is None:
+            g.members[member_id] = ConsumerMember(member_id, instance_id, rack_id, client_id, client_host, topics,
+                                                  assignor, rebalance_timeout_ms, regex or None)
+        else:
+            member.instance_id, member.rack_id, member.client_id, member.client_host = (
+                instance_id, rack_id, client_id, client_host)
+            member.subscribed_topics, member.subscribed_regex = topics, regex or None
+            member.rebalance_timeout_ms, member.server_assignor = rebalance_timeout_ms, assignor
+
+    def groups(self) -> dict[str, ConsumerGroup]:
+        """The groups the records leave (one whose epoch record is gone, or never came, is not one)."""
+        found = {}
+        for group_id, g in self._groups.items():
+            if g.epoch is None:
+                continue
+            found[group_id] = ConsumerGroup(group_id, g.epoch, g.assignment_epoch, g.members,
+                                            {m: p for m, p in g.target.items() if m in g.members}, g.counts)
+        return found

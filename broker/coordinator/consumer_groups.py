@@ -1,0 +1,332 @@
+"""KIP-848 consumer groups in the group coordinator: ConsumerGroupHeartbeat, ConsumerGroupDescribe, and
+what offsets, listing and deletion need of them.
+
+A consumer group is a `Group` (group_state.py) whose `consumer` holds its
+`ConsumerGroup` state machine (consumer_group.py); its committed offsets
+live on the `Group` as a classic group's do. One id is one kind of group at
+a time, as in Kafka: a heartbeat to an empty classic group converts it (its
+offsets stay), to a classic group with members it answers GROUP_ID_NOT_FOUND
+("not a consumer group"; group.consumer.migration.policy=disabled), and the
+classic calls treat a consumer group alike (group.py).
+
+Each heartbeat runs on a copy of the group; the records between the copy
+and the group (consumer_group_log.py) are appended, and only then does the
+copy replace the group (prepare, then commit). Sessions and revocation
+timeouts are timers on the coordinator's heap: a member that misses one is
+removed, which bumps the group epoch; the others learn of it at their next
+heartbeat.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterable
+
+from logstore.broker.coordinator.consumer_group import (STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerGroupConfig,
+                                                        HeartbeatAnswer, check_join_fields)
+from logstore.broker.coordinator.consumer_group_log import records_between
+from logstore.broker.coordinator.group_log import encode_group_key
+from logstore.broker.coordinator.group_offsets import Effects
+from logstore.broker.coordinator.group_state import Group, GroupState
+from logstore.errors import (CoordinatorNotAvailableError, GroupIdNotFoundError, InvalidRequestError, LogStoreError,
+                             StaleMemberEpochError, UnknownMemberIdError, UnsupportedAssignorError,
+                             UnsupportedVersionError)
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+# How long an expiry whose records could not be written waits before it is tried again (ms).
+RETRY_EXPIRY_MS = 1_000
+
+
+@dataclass(frozen=True)
+class ConsumerHeartbeatResult:
+    """A ConsumerGroupHeartbeat answer; `assignment` is (topic id, partitions) per topic, None if unchanged."""
+
+    member_id: str
+    member_epoch: int
+    heartbeat_interval_ms: int
+    assignment: tuple[tuple[bytes, tuple[int, ...]], ...] | None
+
+
+@dataclass(frozen=True)
+class ConsumerMemberDescription:
+    """One member as ConsumerGroupDescribe shows it; partitions as (topic id, name, partitions)."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: tuple[tuple[bytes, str, tuple[int, ...]], ...]
+    target_assignment: tuple[tuple[bytes, str, tuple[int, ...]], ...]
+
+
+@dataclass(frozen=True)
+class ConsumerGroupDescription:
+    """A consumer group as ConsumerGroupDescribe shows it, or the error it answers instead."""
+
+    group_id: str
+    state: str = "Dead"
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()
+    error: LogStoreError | None = None
+
+
+class ConsumerGroups:
+    """The group coordinator's KIP-848 calls; `GroupCoordinator` supplies `store`, `config` (its
+    `consumer` settings), `_clock`, `_lock`, `_groups`, `_append`, `_finish` and `_schedule`."""
+
+    # -- topics ------------------------------------------------------------------------------
+
+    def _topic_id(self, topic: str) -> bytes | None:
+        try:
+            return self.store.topic_id(topic)
+        except LogStoreError:
+            return None
+
+    def _topic_names(self) -> dict[bytes, str]:
+        """Topic id -> name of every topic."""
+        names = {}
+        for topic in self.store.topics():
+            topic_id = self._topic_id(topic)
+            if topic_id is not None:
+                names[topic_id] = topic
+        return names
+
+    def _by_topic_id(self, partitions: Iterable[TopicPartition]) -> tuple[tuple[bytes, tuple[int, ...]], ...]:
+        grouped: dict[str, list[int]] = {}
+        for topic, p in sorted(partitions):
+            grouped.setdefault(topic, []).append(p)
+        rows = []
+        for topic, ps in grouped.items():
+            topic_id = self._topic_id(topic)
+            if topic_id is not None:
+                rows.append((topic_id, tuple(ps)))
+        return tuple(rows)
+
+    # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
+
+    def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *,
+                                 instance_id: str | None = None, rack_id: str | None = None,
+                                 rebalance_timeout_ms: int = -1, subscribed_topic_names=None,
+                                 subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
+                                 owned: Iterable[tuple[bytes, Iterable[int]]] | None = None, client_id: str = "",
+                                 client_host: str = "", member_id_required: bool = True) -> ConsumerHeartbeatResult:
+        """ConsumerGroupHeartbeat (`owned` by topic id; `member_id_required` from v1, where the client makes
+        its id); Kafka's errors are raised."""
+        owned = None if owned is None else [(topic_id, tuple(ps)) for topic_id, ps in owned]
+        _check_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                         subscribed_topic_names, subscribed_topic_regex, owned, member_id_required)
+        cfg: ConsumerGroupConfig = self.config.consumer
+        if server_assignor is not None and server_assignor not in cfg.assignors:
+            # Checked before the group, as Kafka's service does.
+            raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "
+                                           f"assignors: {', '.join(cfg.assignors)}.")
+        partition = self.partition_of(group_id)
+        counts = self.store.topics()
+        now = self._clock()
+        fx = Effects()
+        with self._lock:
+            names = self._topic_names() if owned is not None else {}
+            owned_tps = None if owned is None else frozenset(
+                (names[topic_id], p) for topic_id, ps in owned if topic_id in names for p in ps)
+            group = self._groups.get(group_id)
+            converting = None
+            if group is None:
+                if member_epoch != 0:
+                    raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
+                before = None
+            elif group.consumer is None:
+                if member_epoch != 0 or not (group.is_in(GroupState.EMPTY) and group.is_empty):
+                    raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+                converting = group
+                before = None
+            else:
+                before = group.consumer
+            working = before.copy() if before is not None else ConsumerGroup(group_id)
+            answer: HeartbeatAnswer = working.heartbeat(
+                cfg, counts, now, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id,
+                rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topics=subscribed_topic_names,
+                subscribed_regex=subscribed_topic_regex, server_assignor=server_assignor, owned=owned_tps,
+                client_id=client_id, client_host=client_host)
+            records = records_between(before, working, self._topic_id)
+            if converting is not None:
+                # Kafka's offline upgrade: the empty classic group goes (its offsets stay).
+                records.insert(0, (encode_group_key(group_id), None))
+            try:
+                if records:
+                    self._append(fx, partition, [k for k, _ in records], [v for _, v in records])
+            except LogStoreError as exc:
+                raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
+            if group is None:
+                group = self._groups[group_id] = Group(group_id, partition, state_timestamp=now)
+            if converting is not None:
+                log.info("group %r: empty classic group converted to a consumer group", group_id)
+            group.consumer = working
+            if answer.member_id in working.members:
+                self._watch_consumer_member(group, answer.member_id)
+        self._finish(fx)
+        return ConsumerHeartbeatResult(answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms,
+                                       None if answer.assignment is None else self._by_topic_id(answer.assignment))
+
+    # -- timers ------------------------------------------------------------------------------
+
+    def _watch_consumer_member(self, group: Group, member_id: str) -> None:
+        """Queue the member's next deadline unless an earlier one is queued (a later one is found then)."""
+        member = group.consumer.members[member_id]
+        deadline = member.session_deadline
+        if member.revocation_deadline is not None:
+            deadline = min(deadline, member.revocation_deadline)
+        key = (group.group_id, member_id)
+        queued = self._consumer_timers.get(key)
+        if queued is None or deadline < queued:
+            self._consumer_timers[key] = deadline
+            self._schedule(deadline, group.group_id, member_id)
+
+    def _on_consumer_deadline(self, group: Group, member_id: str, deadline: int, now: int, fx: Effects) -> None:
+        """A consumer member's timer: remove it if its session or revocation time ran out, else look later."""
+        key = (group.group_id, member_id)
+        if self._consumer_timers.get(key) != deadline:
+            return  # superseded by an earlier timer
+        del self._consumer_timers[key]
+        current = group.consumer
+        if member_id not in current.members:
+            return
+        if member_id not in current.expired(now):
+            self._watch_consumer_member(group, member_id)
+            return
+        member = current.members[member_id]
+        why = ("did not revoke its partitions within its rebalance timeout"
+               if member.revocation_deadline is not None and member.revocation_deadline <= now
+               else "no heartbeat within its session timeout")
+        working = current.copy()
+        working.remove(member_id)
+        try:
+            records = records_between(current, working, self._topic_id)
+            self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+        except LogStoreError as exc:
+            log.warning("group %r: member %s not removed yet (%s): %s", group.group_id, member_id, why, exc)
+            self._consumer_timers[key] = now + RETRY_EXPIRY_MS
+            self._schedule(now + RETRY_EXPIRY_MS, group.group_id, member_id)
+            return
+        group.consumer = working
+        log.info("group %r: member %s removed: %s (group epoch %d)", group.group_id, member_id, why,
+                 working.group_epoch)
+
+    def _start_consumer_sessions(self, group: Group, now: int) -> None:
+        """After loading: every member's session starts now, and its members heartbeat on."""
+        cfg: ConsumerGroupConfig = self.config.consumer
+        for member in group.consumer.members.values():
+            member.session_deadline = now + cfg.session_timeout_ms
+            member.revocation_deadline = None
+            self._watch_consumer_member(group, member.member_id)
+
+    # -- what other calls need of consumer groups ----------------------------------------------
+
+    def _remove_consumer_records(self, fx: Effects, group: Group) -> None:
+        """Tombstones for the consumer group's records (under the lock); its offsets are the caller's."""
+        records = records_between(group.consumer, None, self._topic_id)
+        self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+        for member_id in group.consumer.members:
+            self._consumer_timers.pop((group.group_id, member_id), None)
+
+    @staticmethod
+    def _check_consumer_commit(group: Group, member_id: str, instance_id: str | None, member_epoch: int,
+                               transactional: bool, api_version: int | None) -> None:
+        """Kafka's ConsumerGroup.validateOffsetCommit."""
+        consumer = group.consumer
+        if member_epoch < 0 and not consumer.members:
+            return
+        if transactional and member_epoch == -1 and not member_id and instance_id is None:
+            return
+        member = consumer.members.get(member_id)
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        if not transactional and api_version is not None and api_version < 9:
+            raise UnsupportedVersionError("OffsetCommit version 9 or above must be used by members using the "
+                                          "modern group protocol")
+        _check_member_epoch(member_epoch, member.member_epoch)
+
+    @staticmethod
+    def _check_consumer_fetch(group: Group, member_id: str | None, member_epoch: int) -> None:
+        """Kafka's ConsumerGroup.validateOffsetFetch (an admin fetch names no member)."""
+        if member_id is None and member_epoch < 0:
+            return
+        member = group.consumer.members.get(member_id or "")
+        if member is None:
+            raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        _check_member_epoch(member_epoch, member.member_epoch)
+
+    # -- ConsumerGroupDescribe ---------------------------------------------------------------
+
+    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
+        """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown or classic one."""
+        found = []
+        with self._lock:
+            names = None
+            for group_id in group_ids:
+                group = self._groups.get(group_id)
+                if group is None or group.is_in(GroupState.DEAD):
+                    found.append(ConsumerGroupDescription(
+                        group_id, error=GroupIdNotFoundError(f"Group {group_id} not found.")))
+                    continue
+                if group.consumer is None:
+                    found.append(ConsumerGroupDescription(
+                        group_id, error=GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")))
+                    continue
+                if names is None:
+                    names = {t: self._topic_id(t) for t in self.store.topics()}
+                found.append(_described(group.consumer, self.config.consumer, names))
+        return found
+
+
+def _described(consumer: ConsumerGroup, cfg: ConsumerGroupConfig, ids: dict[str, bytes | None]
+               ) -> ConsumerGroupDescription:
+    def rows(partitions):
+        grouped: dict[str, list[int]] = {}
+        for topic, p in sorted(partitions):
+            grouped.setdefault(topic, []).append(p)
+        return tuple((ids[t], t, tuple(ps)) for t, ps in grouped.items() if ids.get(t) is not None)
+
+    members = tuple(ConsumerMemberDescription(
+        m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+        tuple(sorted(m.subscribed_topics)), m.subscribed_regex, rows(m.assigned),
+        rows(consumer.target.get(m.member_id, ()))) for m in consumer.members.values())
+    return ConsumerGroupDescription(consumer.group_id, consumer.state, consumer.group_epoch,
+                                    consumer.assignment_epoch, consumer.preferred_assignor(cfg), members)
+
+
+def _check_member_epoch(received: int, expected: int) -> None:
+    if received != expected:
+        raise StaleMemberEpochError(f"The received member epoch {received} does not match the expected member "
+                                    f"epoch {expected}.")
+
+
+def _check_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
+                     subscribed_topic_names, subscribed_topic_regex, owned, member_id_required) -> None:
+    """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (INVALID_REQUEST, Kafka's messages)."""
+    def blank(value):
+        return value is not None and not value.strip()
+
+    if (member_id_required or member_epoch > 0 or member_epoch == -1) and blank(member_id or ""):
+        raise InvalidRequestError("MemberId can't be empty.")
+    if blank(group_id or ""):
+        raise InvalidRequestError("GroupId can't be empty.")
+    if blank(instance_id):
+        raise InvalidRequestError("InstanceId can't be empty.")
+    if blank(rack_id):
+        raise InvalidRequestError("RackId can't be empty.")
+    if member_epoch == 0:
+        check_join_fields(rebalance_timeout_ms, owned, subscribed_topic_names, subscribed_topic_regex)
+    elif member_epoch == STATIC_LEAVE_EPOCH:
+        if instance_id is None:
+            raise InvalidRequestError("InstanceId can't be null.")
+    elif member_epoch < STATIC_LEAVE_EPOCH:
+        raise InvalidRequestError("MemberEpoch is invalid.")
+
