@@ -65,6 +65,8 @@ bench: build
 	$(BIN)/python bench/spark_report.py .benchmarks/spark.json
 	$(BENCH) bench/test_embedded.py --benchmark-json=.benchmarks/embedded.json
 	$(BIN)/python bench/embedded_report.py .benchmarks/embedded.json
+	$(BENCH) bench/test_assignors.py --benchmark-json=.benchmarks/assignors.json
+	$(BIN)/python bench/test_assignors.py .benchmarks/assignors.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -4,10 +4,7 @@
 
 produce / consume: records per second of the embedded clients and of
 confluent-kafka through the broker with the same settings, from the median
-rounds; the target is the embedded path faster (ratio > 1). assign: sticky
-(ours) and range (peer) on 1,000 partitions x 100 members; for one member
-leaving, the partitions that changed owner against the leaver's share
-(target: no more). Exit status: 2 if the JSON is unreadable, 1 if a figure is
+rounds; the target is the embedded path faster (ratio > 1). Exit status: 2 if the JSON is unreadable, 1 if a figure is
 missing, else 0.
 """
 from __future__ import annotations
@@ -47,23 +44,6 @@ def main(argv: list[str]) -> int:
         verdicts.append(verdict)
         rows.append((op, f"{rate:,.0f}", f"{peer_rate:,.0f}", f"{rate / peer_rate:.2f}x", verdict))
     table(("case", "embedded rec/s", "broker + confluent-kafka rec/s", "ratio", "faster"),
-          ("---", "---:", "---:", "---:", "---"), rows)
-    print()
-    rows = []
-    for group in ("assign/scratch", "assign/one-leaves"):
-        pair = _pair(groups, group, problems)
-        if pair is None:
-            continue
-        ours, peer = pair
-        info, peer_info = ours["extra_info"], peer["extra_info"]
-        moved = "—"
-        if "moved" in info:
-            ok = met(info["moved"] <= info["leaver_share"])
-            verdicts.append(ok)
-            moved = f"{info['moved']} of a {info['leaver_share']} share ({ok}); range moves {peer_info['moved']}"
-        rows.append((group, f"{ours['stats']['median'] * 1e3:.2f} ms", f"{peer['stats']['median'] * 1e3:.2f} ms",
-                     f"{ours['stats']['median'] / peer['stats']['median']:.2f}x", moved))
-    table(("1,000 partitions x 100 members", "sticky", "range (peer)", "time ratio", "partitions moved"),
           ("---", "---:", "---:", "---:", "---"), rows)
     print()
     return finish(verdicts, problems, "embedded_report")

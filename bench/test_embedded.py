@@ -1,4 +1,4 @@
-"""The embedded clients against the broker path, and the sticky assignor at scale.
+"""The embedded clients against the broker path.
 
     .venv/bin/python -m pytest -q bench/test_embedded.py --benchmark-only \\
         --benchmark-json=.benchmarks/embedded.json
@@ -15,11 +15,7 @@ fetches. Timed: produce from the first send to the end of flush(); consume
 from assign() to the 200,000th record. Checked untimed: the offsets and the
 count. The broker path's time includes its process's work on the other core.
 
-assign: sticky over 1,000 partitions (10 topics x 100) and 100 members with
-equal subscriptions, from nothing ("scratch") and after one member of that
-balanced assignment leaves ("one-leaves"), with how many partitions changed
-owner; the peer is `range` on the same input (not sticky: its moves are shown
-for comparison).
+The assignors at scale are in bench/test_assignors.py.
 
 Speed is reported, not asserted; correctness is asserted.
 """
@@ -34,7 +30,6 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 import test_broker as base
-from logstore.assignors import MemberSubscription, range_assign, sticky_assign
 from logstore.broker import embedded
 
 MESSAGES = 200_000
@@ -45,9 +40,6 @@ CLIENT_SETTINGS = {"enable.idempotence": True, "acks": "all", "compression.type"
                    "batch.size": 1 << 20}
 PEER_PRODUCER = {**CLIENT_SETTINGS, "batch.num.messages": 100_000, "queue.buffering.max.messages": 2_000_000}
 CONSUMER_SETTINGS = {"max.partition.fetch.bytes": 16 << 20, "fetch.max.bytes": 64 << 20}
-ASSIGN_TOPICS = 10
-ASSIGN_PARTITIONS = 100
-ASSIGN_MEMBERS = 100
 
 
 def _tag(benchmark, op: str, side: str, **info) -> None:
@@ -213,36 +205,3 @@ def test_consume_broker(benchmark, broker, filled_broker):
     got, last = benchmark.pedantic(run, rounds=ROUNDS)
     assert (got, last) == (MESSAGES, MESSAGES - 1)
 
-
-def _assign_input():
-    topics = frozenset(f"t{i}" for i in range(ASSIGN_TOPICS))
-    counts = {t: ASSIGN_PARTITIONS for t in topics}
-    members = {f"member-{i:03}": MemberSubscription(topics) for i in range(ASSIGN_MEMBERS)}
-    return topics, counts, members
-
-
-@pytest.mark.parametrize("side", ["ours", "peer"])
-def test_assign_scratch(benchmark, side):
-    """A full assignment of 1,000 partitions over 100 members with nothing owned."""
-    _, counts, members = _assign_input()
-    assign = sticky_assign if side == "ours" else range_assign
-    _tag(benchmark, "assign/scratch", side, assignor="sticky" if side == "ours" else "range")
-    result = benchmark(assign, members, counts)
-    sizes = [len(p) for p in result.values()]
-    assert sum(sizes) == ASSIGN_TOPICS * ASSIGN_PARTITIONS and max(sizes) - min(sizes) <= 1
-
-
-@pytest.mark.parametrize("side", ["ours", "peer"])
-def test_assign_one_leaves(benchmark, side):
-    """One member of a balanced assignment leaves: the time to reassign, and how many partitions move."""
-    topics, counts, members = _assign_input()
-    assign = sticky_assign if side == "ours" else range_assign
-    before = assign(members, counts)
-    leaver = "member-050"
-    stay = {m: MemberSubscription(topics, before[m], 1) for m in members if m != leaver}
-    _tag(benchmark, "assign/one-leaves", side, assignor="sticky" if side == "ours" else "range")
-    result = benchmark(assign, stay, counts)
-    moved = sum(1 for m, parts in result.items() for tp in parts if tp not in before[m])
-    benchmark.extra_info.update(moved=moved, leaver_share=len(before[leaver]))
-    if side == "ours":
-        assert moved == len(before[leaver])
