@@ -67,6 +67,10 @@ bench: build
 	$(BIN)/python bench/embedded_report.py .benchmarks/embedded.json
 	$(BENCH) bench/test_assignors.py --benchmark-json=.benchmarks/assignors.json
 	$(BIN)/python bench/test_assignors.py .benchmarks/assignors.json
+	$(BENCH) bench/test_cleaner.py --benchmark-json=.benchmarks/cleaner.json
+	$(BIN)/python bench/test_cleaner.py .benchmarks/cleaner.json
+	$(BENCH) bench/test_coordinator_load.py --benchmark-json=.benchmarks/coordinator_load.json
+	$(BIN)/python bench/test_coordinator_load.py .benchmarks/coordinator_load.json
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

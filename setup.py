@@ -39,7 +39,7 @@ extensions = [
 setup(
     package_dir=package_dir,
     packages=packages(),
-    package_data={"logstore.native": ["*.pyi", "*.pxi", "*.h"]},
+    package_data={"logstore.native": ["*.pyi", "*.pxi", "*.h", "*.LICENSE"]},
     ext_modules=cythonize(
         extensions,
         compiler_directives={

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
 from logstore.errors import InvalidConfigError
+from logstore.log_cleaner import CLEANER_DEFAULTS
 from logstore.manager import SCHEDULE_DEFAULTS
 
 # name → (default, parser)
@@ -63,6 +64,7 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     # (librdkafka's test suite creates topics with 3).
     "logstore.max.replication.factor": (3, int),
     **{name: (default, int) for name, default in SCHEDULE_DEFAULTS.items()},
+    **{name: (default, type(default)) for name, default in CLEANER_DEFAULTS.items()},
 }
 ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs"}
 

@@ -52,7 +52,7 @@ class CorruptCheckpointError(StorageError):
         self.reason = reason
 
 
-def _fsync_dir(directory: StrPath) -> None:
+def fsync_dir(directory: StrPath) -> None:
     """Make a rename or unlink in `directory` durable."""
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -79,7 +79,7 @@ def write_atomically(path: StrPath, data: bytes, *, fsync: bool = True) -> None:
             pass
         raise
     if fsync:
-        _fsync_dir(os.path.dirname(os.path.abspath(target)))
+        fsync_dir(os.path.dirname(os.path.abspath(target)))
 
 
 def _read_lines(path: StrPath) -> list[str]:
@@ -259,4 +259,4 @@ def remove_clean_shutdown_marker(log_dir: StrPath) -> None:
         os.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER))
     except FileNotFoundError:
         return
-    _fsync_dir(log_dir)
+    fsync_dir(log_dir)

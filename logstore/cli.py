@@ -67,6 +67,29 @@ def _run_broker(args: argparse.Namespace) -> int:
     return server.run(args.config, args.override)
 
 
+def _add_cleaner(commands) -> None:
+    parser = commands.add_parser(
+        "cleaner",
+        help="show the log cleaner's state per compacted partition of data directories",
+        description="Read the files of log dirs (no lock taken: safe beside a running broker) and print, "
+                    "for every partition whose cleanup.policy has `compact`, where the next cleaning "
+                    "starts, the clean and dirty bytes and ratio, and the last round's time and bytes "
+                    "reclaimed. The cleaner cleans a log once its dirty ratio passes "
+                    "min.cleanable.dirty.ratio (default 0.5).",
+        epilog="Exit status: 0, or 2 if a path is not a readable log dir.")
+    parser.add_argument("paths", nargs="+", metavar="DIR", help="a log dir (the broker's log.dirs entry)")
+    parser.add_argument("--default-policy", default="delete", metavar="POLICY",
+                        help="cleanup.policy of topics without an override (the broker's log.cleanup.policy; "
+                             "default: delete)")
+    parser.add_argument("--json", dest="as_json", action="store_true", help="print one JSON document")
+    parser.set_defaults(run=_run_cleaner)
+
+
+def _run_cleaner(args: argparse.Namespace) -> int:
+    from logstore import cleaner_report
+    return cleaner_report.run(args.paths, default_policy=args.default_policy, as_json=args.as_json)
+
+
 def _admin_commands(parser: argparse.ArgumentParser, dest: str):
     """What the admin commands share: --bootstrap-server, a required COMMAND stored in `dest`, and a
     parent parser with --json for the subcommands; returns (subparsers, that parent)."""
@@ -190,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker(commands)
     _add_transactions(commands)
     _add_groups(commands)
+    _add_cleaner(commands)
     return parser
 
 

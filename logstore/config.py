@@ -2,18 +2,22 @@
 
 Each topic-level config (`segment.bytes`) has the broker-level name that sets
 its default (`log.segment.bytes`), as in Kafka's LogConfig; a value can be
-given under either name and is checked against Kafka's range for it.
+given under either name and is checked against Kafka's type and range for it,
+and a refusal reads as Kafka's ConfigException does.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
 from logstore.errors import InvalidConfigError
 
+INT_MAX = (1 << 31) - 1
 LONG_MAX = (1 << 63) - 1
 
-# topic name → (attribute, broker name, default, smallest value or allowed values)
+# topic name → (attribute, broker name, default, rule). The rule follows the default's type:
+# an int's smallest value (None: any), a float's (smallest, largest), a string's allowed values.
 TOPIC_CONFIGS: dict[str, tuple[str, str, Any, Any]] = {
     "segment.bytes": ("segment_bytes", "log.segment.bytes", 1 << 30, 14),
     "segment.ms": ("segment_ms", "log.roll.ms", 7 * 24 * 3600 * 1000, 1),
@@ -28,13 +32,21 @@ TOPIC_CONFIGS: dict[str, tuple[str, str, Any, Any]] = {
     "message.timestamp.type": ("message_timestamp_type", "log.message.timestamp.type", "CreateTime",
                                ("CreateTime", "LogAppendTime")),
     "file.delete.delay.ms": ("file_delete_delay_ms", "log.segment.delete.delay.ms", 60000, 0),
-    "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", "delete", ("delete", "compact", "compact,delete",
-                                                                           "delete,compact")),
+    "cleanup.policy": ("cleanup_policy", "log.cleanup.policy", "delete", ("compact", "delete")),
+    "min.cleanable.dirty.ratio": ("min_cleanable_dirty_ratio", "log.cleaner.min.cleanable.ratio", 0.5, (0, 1)),
+    "min.compaction.lag.ms": ("min_compaction_lag_ms", "log.cleaner.min.compaction.lag.ms", 0, 0),
+    "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms", LONG_MAX, 1),
+    "delete.retention.ms": ("delete_retention_ms", "log.cleaner.delete.retention.ms", 86_400_000, 0),
 }
 BROKER_NAMES = {broker: topic for topic, (_, broker, _, _) in TOPIC_CONFIGS.items()}
 # Kafka's coarser broker settings, applied when the ms form is not given.
 HOURS_ALIASES = {"log.roll.hours": "segment.ms", "log.retention.hours": "retention.ms",
                  "log.retention.minutes": "retention.ms"}
+# Kafka's LIST configs: comma-separated, each item one of the allowed values
+# (what IncrementalAlterConfigs may APPEND to or SUBTRACT from).
+LIST_CONFIGS = frozenset({"cleanup.policy"})
+# Kafka's INT configs (32-bit); every other whole-number config is a LONG.
+INT_CONFIGS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
 
 
 @dataclass(frozen=True)
@@ -54,6 +66,10 @@ class LogConfig:
     message_timestamp_type: str = "CreateTime"
     file_delete_delay_ms: int = 60000
     cleanup_policy: str = "delete"
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None, base: "LogConfig | None" = None) -> "LogConfig":
@@ -71,16 +87,22 @@ class LogConfig:
                 # Kafka: log.retention.minutes wins over log.retention.hours whatever their order.
                 if minutes or (target, True) not in hours:
                     hours.pop((target, False), None)
-                    hours[(target, minutes)] = _as_int(name, value) * (60_000 if minutes else 3_600_000)
+                    hours[(target, minutes)] = _as_int(name, value, INT_MAX) * (60_000 if minutes else 3_600_000)
                 continue
             topic_name = BROKER_NAMES.get(name, name)
             if topic_name not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"unknown log config {name!r}")
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
             attribute, _, default, rule = TOPIC_CONFIGS[topic_name]
-            changes[attribute] = _checked(topic_name, value, default, rule)
+            changes[attribute] = _checked(name, topic_name, value, default, rule)
         for (topic_name, _), value in hours.items():
             changes.setdefault(TOPIC_CONFIGS[topic_name][0], value)
-        return replace(self, **changes)
+        config = replace(self, **changes)
+        # Kafka's LogConfig.validateValues: the only check across two values.
+        if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+            raise InvalidConfigError(f"conflict topic config setting min.compaction.lag.ms "
+                                     f"({config.min_compaction_lag_ms}) > max.compaction.lag.ms "
+                                     f"({config.max_compaction_lag_ms})")
+        return config
 
     def to_properties(self) -> dict[str, Any]:
         """Every setting under its topic-level Kafka name."""
@@ -97,21 +119,63 @@ class LogConfig:
         """Whether retention deletes old segments (cleanup.policy has `delete`)."""
         return "delete" in self.cleanup_policy.split(",")
 
+    @property
+    def compacts(self) -> bool:
+        """Whether the cleaner compacts the log (cleanup.policy has `compact`)."""
+        return "compact" in self.cleanup_policy.split(",")
 
-def _as_int(name: str, value: Any) -> int:
+
+def _refused(name: str, value: Any, why: str) -> InvalidConfigError:
+    return InvalidConfigError(f"Invalid value {value} for configuration {name}: {why}")
+
+
+def _as_int(name: str, value: Any, largest: int = LONG_MAX) -> int:
+    kind = "INT" if largest == INT_MAX else "LONG"
+    if isinstance(value, float) or isinstance(value, bool):
+        # Java's parser takes no fraction, and a boolean is not a number to Kafka.
+        raise _refused(name, value, f"Not a number of type {kind}")
     try:
-        return int(value)
+        number = int(str(value).strip()) if isinstance(value, str) else int(value)
     except (TypeError, ValueError):
-        raise InvalidConfigError(f"{name} must be an integer, got {value!r}") from None
+        raise _refused(name, value, f"Not a number of type {kind}") from None
+    if not -largest - 1 <= number <= largest:
+        raise _refused(name, value, f"Not a number of type {kind}")
+    return number
 
 
-def _checked(name: str, value: Any, default: Any, rule: Any) -> Any:
+def _as_float(name: str, value: Any) -> float:
+    try:
+        number = float(str(value).strip()) if isinstance(value, str) else float(value)
+    except (TypeError, ValueError):
+        raise _refused(name, value, "Not a number of type DOUBLE") from None
+    if isinstance(value, bool) or math.isnan(number):
+        # Java's Range lets NaN through (every comparison is false); a NaN ratio would never clean.
+        raise _refused(name, value, "Not a number of type DOUBLE")
+    return number
+
+
+def _checked(name: str, topic_name: str, value: Any, default: Any, rule: Any) -> Any:
     if isinstance(default, str):
-        value = str(value).replace(" ", "")
-        if value not in rule:
-            raise InvalidConfigError(f"{name} must be one of {', '.join(rule)}, got {value!r}")
-        return value
-    number = _as_int(name, value)
+        text = str(value).strip()
+        if topic_name in LIST_CONFIGS:
+            items = [item.strip() for item in text.split(",")]
+            if text and all(item in rule for item in items):
+                return ",".join(items)
+            # An empty list is valid to Kafka (neither deleted nor compacted); no log here runs without a policy.
+            why = f"String must be one of: {', '.join(rule)}" if text else "must name at least one of compact, delete"
+            raise _refused(name, value, why)
+        if text not in rule:
+            raise _refused(name, value, f"String must be one of: {', '.join(rule)}")
+        return text
+    if isinstance(default, float):
+        number = _as_float(name, value)
+        smallest, largest = rule
+        if number < smallest:
+            raise _refused(name, value, f"Value must be at least {smallest}")
+        if number > largest:
+            raise _refused(name, value, f"Value must be no more than {largest}")
+        return number
+    number = _as_int(name, value, INT_MAX if topic_name in INT_CONFIGS else LONG_MAX)
     if rule is not None and number < rule:
-        raise InvalidConfigError(f"{name} must be at least {rule}, got {number}")
+        raise _refused(name, value, f"Value must be at least {rule}")
     return number

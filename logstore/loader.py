@@ -129,9 +129,13 @@ def _complete_swap(directory: str, base: int, fmt, report: RecoveryReport) -> No
         next_offset = max((b.last_offset + 1 for b in swap.iter_bounds()), default=base)
     finally:
         swap.close()
+    # The cleaner ends every group's output at or past its last segment's base, so the swap's range reaches the
+    # base of every segment it replaces. Only segment files go: a producer snapshot in the range stays.
+    segment_suffixes = (LOG_SUFFIX,) + INDEX_SUFFIXES
     for name in sorted(os.listdir(directory)):
         other = _base_offset(name)
-        if other is not None and base <= other < max(next_offset, base + 1) and not name.endswith(SWAP_SUFFIX):
+        if (other is not None and base <= other < max(next_offset, base + 1)
+                and name.endswith(segment_suffixes)):
             os.unlink(os.path.join(directory, name))
             report.removed_files.append(name)
     for name in sorted(os.listdir(directory)):

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from concurrent.futures import Future
 from typing import Callable, Iterable, Iterator, Sequence
 
-from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT
+from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
 from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
 from logstore.formats import DEFAULT_FORMAT
 from logstore.index import AbortedTxn, sync_file
-from logstore.loader import RecoveryReport, load_log
+from logstore.crash_points import crash_point
+from logstore.loader import SWAP_SUFFIX, RecoveryReport, load_log
 from logstore.producer_state import (
     DEFAULT_EXPIRATION_MS,
     ORIGIN_CLIENT,
@@ -165,6 +166,11 @@ class Log:
     # -- offsets -------------------------------------------------------------------------
 
     @property
+    def closed(self) -> bool:
+        """Whether close() or delete() ran."""
+        return self._closed
+
+    @property
     def log_end_offset(self) -> int:
         """The offset the next append gets."""
         return self._next_offset
@@ -224,6 +230,8 @@ class Log:
         config = self.config
         info = self.format.validate_append(buf, client=client,
                                            max_batch_size=config.max_message_bytes if client else -1)
+        if client and config.compacts:
+            self.format.require_keys(buf, info, f"{self.topic}-{self.partition}")
         for header in info.batches:
             if header.size_in_bytes > config.segment_bytes:
                 raise RecordTooLargeError(
@@ -622,6 +630,38 @@ class Log:
             self._pending_deletes.append((due, segment))
         log.info("%s: deleted segments %s", self.directory, [s.base_offset for s in doomed])
         return count
+
+    def replace_segments(self, cleaned: LogSegment, replaced: Sequence[LogSegment]) -> bool:
+        """Swap cleaner output in for the consecutive segments it was made from, by Kafka's renames.
+
+        `cleaned` (flushed, its files still `.cleaned`) becomes `.swap`, the
+        old segments `.deleted`, then the swap loses its suffix; a crash at
+        any step leaves files the loader turns into either the old segments
+        or the new one. False, with nothing renamed, when the old segments
+        are no longer all in the log (retention or a truncation ran since).
+        """
+        with self._lock:
+            self._check_open()
+            segments = self._segments
+            start = next((i for i, s in enumerate(segments) if s is replaced[0]), None)
+            end = None if start is None else start + len(replaced)
+            # The active segment is never cleaned: appends go on while the cleaner works.
+            if end is None or end >= len(segments) or any(a is not b for a, b in zip(segments[start:end], replaced)):
+                return False
+            cleaned.rename_with_suffix(SWAP_SUFFIX)
+            fsync_dir(self.directory)
+            crash_point("cleaner-swap-renamed")
+            due = time.monotonic() + self.config.file_delete_delay_ms / 1000
+            for segment in replaced:
+                segment.rename_with_suffix(DELETED_SUFFIX)
+                self._pending_deletes.append((due, segment))
+                crash_point("cleaner-old-renamed")
+            fsync_dir(self.directory)
+            cleaned.rename_with_suffix("")
+            fsync_dir(self.directory)
+            self._set_segments(segments[:start] + [cleaned] + segments[end:])
+        crash_point("cleaner-swapped")
+        return True
 
     def delete_expired_files(self, now: float | None = None, *, all_now: bool = False) -> int:
         """Remove `.deleted` segments whose file.delete.delay.ms has passed."""

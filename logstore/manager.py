@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
@@ -34,9 +35,10 @@ from logstore.checkpoints import (
     write_clean_shutdown_marker,
     write_partition_metadata,
 )
-from logstore.config import LogConfig
+from logstore.config import TOPIC_CONFIGS, LogConfig
 from logstore.dir_lock import DirLock
 from logstore.errors import (
+    InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     StorageError,
@@ -45,6 +47,7 @@ from logstore.errors import (
 )
 from logstore.formats import DEFAULT_FORMAT
 from logstore.log import Log, parse_partition_dir
+from logstore.log_cleaner import CLEANER_DEFAULTS, LogCleaner
 from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topic_configs, topic_level,
                              validate_topic_name)
 
@@ -61,6 +64,10 @@ SCHEDULE_DEFAULTS = {
     "producer.id.expiration.ms": 86_400_000,
     "producer.id.expiration.check.interval.ms": 600_000,
 }
+
+
+def _enabled(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
 
 
 def partition_key(name: str) -> tuple[str, int] | None:
@@ -98,7 +105,7 @@ class LogManager:
         if not self.log_dirs:
             raise ValueError("at least one log dir is needed")
         self.default_config = config if isinstance(config, LogConfig) else LogConfig.from_properties(config)
-        self.settings = {**SCHEDULE_DEFAULTS, **(broker_settings or {})}
+        self.settings = {**SCHEDULE_DEFAULTS, **CLEANER_DEFAULTS, **(broker_settings or {})}
         self.format = fmt
         self._given_overrides = {t: topic_level(c, self.default_config) for t, c in (topic_configs or {}).items()}
         self._stored_overrides: dict[str, dict[str, Any]] = {}
@@ -121,9 +128,13 @@ class LogManager:
         except BaseException:
             self._release_dirs()
             raise
+        # Compacts the logs whose cleanup.policy has `compact`; its thread runs beside the scheduler's.
+        self.cleaner = LogCleaner(self.logs, self.log_dirs, self.settings)
         if start_scheduler:
             self._scheduler = threading.Thread(target=self._run_schedule, name="logstore-scheduler", daemon=True)
             self._scheduler.start()
+            if _enabled(self.settings["log.cleaner.enable"]):
+                self.cleaner.start()
 
     # -- loading -------------------------------------------------------------------------
 
@@ -221,6 +232,56 @@ class LogManager:
         """The settings `topic` sets itself, under topic-level Kafka names ({} for none or an unknown topic)."""
         return {**self._stored_overrides.get(topic, {}), **self._given_overrides.get(topic, {})}
 
+    def alter_topic_config(self, topic: str, overrides: Mapping[str, Any | None], *,
+                           validate_only: bool = False) -> LogConfig:
+        """Change a topic's overrides (a value sets one, None deletes it) and return the config it runs with now.
+
+        Names are topic-level (`retention.ms`). The whole resulting config is
+        checked first, as Kafka's LogConfig.validate does, so an error changes
+        nothing; then the overrides are written to `topic-configs` and only
+        then swapped into every partition's Log. `validate_only` stops after
+        the checks. An override given to this opener for the run is dropped
+        for every name changed here, so the change takes effect.
+        """
+        validate_topic_name(topic)
+        for name in overrides:
+            if name not in TOPIC_CONFIGS:
+                raise InvalidConfigError(f"Unknown topic config name: {name}")
+        with self._lock:
+            self._check_open()
+            stored = dict(self._stored_overrides.get(topic, {}))
+            for name, value in overrides.items():
+                if value is None:
+                    stored.pop(name, None)
+                else:
+                    stored[name] = value
+            stored = topic_level(stored, self.default_config)
+            given = {n: v for n, v in self._given_overrides.get(topic, {}).items() if n not in overrides}
+            config = self.default_config.with_overrides({**stored, **given})
+            # Kafka checks the values before the topic exists (ConfigurationControlManager).
+            if topic not in self.topics():
+                raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.")
+            if validate_only:
+                return config
+            # Kafka keeps every override as a string: doubles go to the file so, exactly as given.
+            stored = {n: str(v) if isinstance(v, float) else v for n, v in stored.items()}
+            if stored != self._stored_overrides.get(topic, {}):
+                others = {t: o for t, o in self._stored_overrides.items() if t != topic}
+                self._store_topic_configs({**others, topic: stored} if stored else others)
+            if given:
+                self._given_overrides[topic] = given
+            else:
+                self._given_overrides.pop(topic, None)
+            logs = [opened for (name, _), opened in self._logs.items() if name == topic]
+            # As Kafka's LogManager.updateTopicConfig: a round cleaning a log that stops compacting is aborted.
+            stops = any(opened.config.compacts and not config.compacts for opened in logs)
+            with self.cleaner.paused() if stops else nullcontext():
+                for opened in logs:
+                    # Swapped whole, as Kafka swaps its volatile config: a LogConfig is frozen, so a
+                    # reader sees the old one or the new one; an append under way may finish on the old.
+                    opened.config = config
+            return config
+
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, topic_id: bytes | None = None) -> TopicInfo:
         """Create `partitions` empty partition directories with a fresh topic id."""
@@ -281,7 +342,9 @@ class LogManager:
             for key in keys:
                 doomed = self._logs.pop(key)
                 self.topics_version += 1
-                doomed.close()
+                # Kafka aborts cleaning first: a round must not read files being removed.
+                with self.cleaner.paused():
+                    doomed.close()
                 renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
                 os.rename(doomed.directory, renamed)
                 shutil.rmtree(renamed, ignore_errors=True)
@@ -382,6 +445,8 @@ class LogManager:
                 return
             self._closed = True
         self._stop.set()
+        # Before the logs close: a round under way is aborted and leaves only `.cleaned` files.
+        self.cleaner.stop()
         if self._scheduler is not None:
             self._scheduler.join()
         unclean: dict[str, StorageError] = {}

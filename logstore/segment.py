@@ -414,7 +414,8 @@ class LogSegment:
         self.fd = -1
 
     def rename_with_suffix(self, suffix: str) -> None:
-        """Add a suffix to every file of the segment (`.deleted` before an async delete)."""
+        """Give every file of the segment the suffix `suffix` in place of its current one (`.deleted`
+        before an async delete; `.cleaned`, then `.swap`, then none as cleaner output is swapped in)."""
         new = segment_path(self.directory, self.base_offset, LOG_SUFFIX + suffix)
         os.rename(self.log_path, new)
         self.log_path = new

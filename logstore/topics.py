@@ -80,7 +80,7 @@ def read_topic_configs(path: str) -> tuple[int, dict[str, dict[str, Any]]]:
             if not isinstance(overrides, dict) or not overrides:
                 raise InvalidConfigError("expected a non-empty object of settings")
             for name, value in overrides.items():
-                if name not in TOPIC_CONFIGS or not (is_int(value) or isinstance(value, str)):
+                if name not in TOPIC_CONFIGS or not (is_int(value) or isinstance(value, (float, str))):
                     raise InvalidConfigError(f"{name}={value!r} is not a topic config")
             LogConfig().with_overrides(overrides)
         except (InvalidTopicError, InvalidConfigError) as exc:

@@ -26,6 +26,7 @@ __all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error
 HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
                    "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
                    "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn",
+                   "alter_configs", "incremental_alter_configs",
                    "describe_producers", "describe_transactions", "list_transactions", "join_group", "sync_group",
                    "heartbeat", "leave_group", "offset_commit", "offset_fetch", "txn_offset_commit",
                    "describe_groups", "list_groups", "delete_groups", "offset_delete", "consumer_group_heartbeat",

@@ -3,13 +3,15 @@
 Behavior:
 - TOPIC (2): every topic config logstore runs with (LogConfig's Kafka names),
   its value and its source: DYNAMIC_TOPIC_CONFIG (1) when the topic was created
-  with it, STATIC_BROKER_CONFIG (4) when the broker's properties or an
-  `--override` set the default (`log.retention.hours` for `retention.ms`),
-  DEFAULT_CONFIG (5) otherwise. Not read-only, not sensitive. An unknown topic
-  is UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION.
+  with it or it was set since (AlterConfigs, IncrementalAlterConfigs),
+  STATIC_BROKER_CONFIG (4) when the broker's properties or an `--override` set
+  the default (`log.retention.hours` for `retention.ms`), DEFAULT_CONFIG (5)
+  otherwise. Not read-only, not sensitive. An unknown topic is
+  UNKNOWN_TOPIC_OR_PARTITION, an illegal name INVALID_TOPIC_EXCEPTION.
 - BROKER (4), named by this node's id: every broker setting and every
-  broker-level log default, read-only (static broker configs are, and there is
-  no AlterConfigs), STATIC_BROKER_CONFIG when set at start, else DEFAULT_CONFIG
+  broker-level log default, read-only (static broker configs are, and this
+  broker has no dynamic ones: AlterConfigs refuses to change them),
+  STATIC_BROKER_CONFIG when set at start, else DEFAULT_CONFIG
   with Kafka's default (none for `log.retention.ms`, whose default is carried
   by `log.retention.hours=168`; it stays so when only the hours are set, as in
   Kafka, where each name speaks for itself). An empty name asks for the cluster-wide
@@ -67,6 +69,11 @@ TOPIC_DOCS: dict[str, tuple[int, str]] = {
     "message.timestamp.type": (STRING, "CreateTime (the producer's timestamp) or LogAppendTime (the broker's clock)."),
     "file.delete.delay.ms": (LONG, "Time (ms) a deleted segment's files stay on disk."),
     "cleanup.policy": (LIST, "delete (retention removes old segments) and/or compact (the latest value per key is kept)."),
+    "min.cleanable.dirty.ratio": (DOUBLE, "Share of the log's bytes not yet compacted above which the cleaner "
+                                          "compacts it."),
+    "min.compaction.lag.ms": (LONG, "Least time (ms) a record stays uncompacted in the log."),
+    "max.compaction.lag.ms": (LONG, "Longest time (ms) a record may stay uncompacted, whatever the dirty ratio."),
+    "delete.retention.ms": (LONG, "Time (ms) a compacted log keeps tombstones and transaction markers once cleaned."),
 }
 assert TOPIC_DOCS.keys() == TOPIC_CONFIGS.keys(), "every topic config needs its type and doc"
 
@@ -82,7 +89,7 @@ BROKER_LOG_DEFAULTS.update({"log.retention.ms": None, "log.retention.minutes": N
 TOPIC_OF = {broker: topic for topic, names in SYNONYMS.items() for broker in names}
 # Kafka's ConfigDef types where a broker setting is not INT/BOOLEAN/STRING by its parser.
 LONG_SETTINGS = {"log.retention.check.interval.ms", "log.flush.scheduler.interval.ms"}
-_BROKER_ID = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt takes
+BROKER_ID = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt takes
 
 
 def _text(value: Any) -> str | None:
@@ -166,7 +173,7 @@ def _describe(broker, resource, make) -> tuple[ErrorCode, str | None, list]:
     if kind == BROKER:
         if not name:
             return ErrorCode.none, None, []  # no dynamic cluster-wide defaults
-        if not _BROKER_ID.fullmatch(name):
+        if not BROKER_ID.fullmatch(name):
             return ErrorCode.invalid_request, f"Broker id must be an integer, but it is: {name}", []
         if int(name) != broker.node_id:
             return (ErrorCode.invalid_request,

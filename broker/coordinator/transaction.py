@@ -30,7 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from logstore.broker.coordinator.crash_points import crash_point
+from logstore.crash_points import crash_point
 from logstore.broker.coordinator.partitioning import partition_for
 from logstore.broker.coordinator.txn_log import (TxnLogValue, TxnState, decode_key, decode_value, encode_key,
                                                  encode_value)

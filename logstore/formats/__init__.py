@@ -5,7 +5,8 @@ layer uses exactly these:
 
 - `validate_append(buf, client, max_batch_size)` → `AppendInfo` and
   `assign_offsets(buf, info, base_offset, leader_epoch, log_append_time)`:
-  the append path;
+  the append path, with `require_keys(buf, info, partition)` for compacted
+  topics;
 - `peek_entry(buf, pos)` → `EntryBounds` (offsets, size, max timestamp from
   the first bytes only) and `iter_entries(buf)` (whole, CRC-checked entries):
   reads, index lookups and recovery;
@@ -22,6 +23,9 @@ layer uses exactly these:
 - `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes;
   `BatchBuilder(...)` and `increment_sequence(seq, n)`: batches an
   in-process producer fills record by record.
+
+The log cleaner (`logstore.cleaner`) rewrites v2 batches with the native
+`logstore.native.cleaner` and so compacts only logs in this format.
 
 Segment, index and recovery code asks the format, never the bytes, which is
 what lets the format change. Kafka's v2 (reading v0/v1 too) is the default.

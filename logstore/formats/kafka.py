@@ -79,7 +79,7 @@ MIN_ENTRY_SIZE = 14  # the smallest magic 0 message
 Entry = Union[BatchHeader, LegacyEntry]
 """A log entry: a v2 batch header, or a decoded magic 0/1 message or wrapper."""
 
-CONTROL_TYPE_NAMES = {0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
+CONTROL_TYPE_NAMES = {-1: "EMPTY", 0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
                       4: "SNAPSHOT_FOOTER", 5: "KRAFT_VERSION", 6: "KRAFT_VOTERS"}
 
 
@@ -96,6 +96,9 @@ class ControlRecord:
     def type_name(self) -> str:
         """ABORT, COMMIT, a KRaft type name, or UNKNOWN."""
         return CONTROL_TYPE_NAMES.get(self.type, "UNKNOWN")
+
+
+EMPTIED_MARKER = ControlRecord(0, -1)
 
 
 def read_control_record(record: Record) -> ControlRecord:
@@ -290,6 +293,9 @@ def peek_producer_batch(buf, pos: int = 0) -> ProducerBatch | None:
 def read_marker(buf, pos: int = 0) -> ControlRecord:
     """The control record of the whole control batch at `pos` (a marker's type and coordinator epoch)."""
     records = decode_records(buf, pos, verify_crc=False)
+    if not records:
+        # The cleaner empties a marker whose transaction is gone: as in Kafka, it marks nothing now.
+        return EMPTIED_MARKER
     if len(records) != 1:
         raise InvalidRecordError(f"a control batch holds {len(records)} records, not 1", pos)
     return read_control_record(records[0])
@@ -325,6 +331,15 @@ def validate_append(buf, *, client: bool = True, max_batch_size: int = -1) -> Ap
         if header.max_timestamp > max_ts:
             max_ts, max_index = header.max_timestamp, i
     return AppendInfo(batches, len(memoryview(buf)), offset_count, records, max_ts, max_index)
+
+
+def require_keys(buf, info: AppendInfo, partition: str) -> None:
+    """Kafka's rule for compacted topics: a record without a key is refused (its batch index says which)."""
+    for i, header in enumerate(info.batches):
+        for record in decode_records(buf, header.position, verify_crc=False):
+            if record.key is None:
+                raise InvalidRecordError(f"Compacted topic cannot accept message without key in topic "
+                                         f"partition {partition} (batch {i}).", header.position)
 
 
 def assign_offsets(buf, info: AppendInfo, base_offset: int, *, leader_epoch: int = -1,

@@ -25,3 +25,8 @@ def test_readme_storage_example_runs(tmp_path, monkeypatch, capsys):
 def test_readme_exactly_once_example_runs(tmp_path, monkeypatch, capsys):
     output = _run_example("write_txn_marker", tmp_path, monkeypatch, capsys)
     assert output == ["True True", "1", "[b'p1', b't1', b't2']"]
+
+
+def test_readme_compaction_example_runs(tmp_path, monkeypatch, capsys):
+    output = _run_example("cleanup.policy", tmp_path, monkeypatch, capsys)
+    assert output == ["[(298, b'XYZ', b'298'), (299, b'ABC', b'299')]"]

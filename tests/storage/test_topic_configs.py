@@ -16,9 +16,9 @@ DAY_MS = 24 * 3600 * 1000
 
 
 def fill(log, count: int) -> None:
-    """Append `count` 100-byte records, one batch each."""
+    """Append `count` 100-byte keyed records (compacted topics refuse unkeyed ones), one batch each."""
     for i in range(count):
-        log.append_records([b"%099d" % i], timestamps=TS + i)
+        log.append_records([b"%099d" % i], keys=[b"%d" % i], timestamps=TS + i)
 
 
 def test_overrides_survive_reopen_and_the_logs_run_with_them(tmp_path):

@@ -1,4 +1,4 @@
-"""A test-only crash switch: SIGKILL this process at a named point of the coordinator.
+"""A test-only crash switch: SIGKILL this process at a named point (coordinators, the log cleaner).
 
 `LOGSTORE_CRASH_AT=name` (or `name:N`, the N-th time the point is reached)
 kills the process there with SIGKILL, as a power cut would stop it. Tests set

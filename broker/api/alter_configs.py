@@ -1,0 +1,152 @@
+"""AlterConfigs (33), v0-2: replace a topic's config overrides; this broker has no dynamic broker configs.
+
+Behavior, as Kafka's ConfigAdminManager (checks on the broker) and
+ConfigurationControlManager with ControllerConfigurationValidator (checks
+and changes on the controller):
+- One answer per resource, in the order asked. A resource (type and name)
+  named twice is INVALID_REQUEST "Each resource must appear at most once."
+  in both places; a key named twice in one resource INVALID_REQUEST "Error
+  due to duplicate config keys"; a null value INVALID_REQUEST "Null value not
+  supported for : <keys>".
+- TOPIC (2): the configs listed become the topic's overrides and every
+  override not listed is deleted (the legacy API's semantics; the
+  incremental one changes single keys). The whole resulting config is
+  checked before anything changes: an unknown name ("Unknown topic config
+  name: x"), a value of the wrong type or out of range ("Invalid value v for
+  configuration x: ...") and min.compaction.lag.ms above max.compaction.lag.ms
+  are INVALID_CONFIG. Then an unknown topic is UNKNOWN_TOPIC_OR_PARTITION
+  (Kafka checks the values first). An empty name is INVALID_REQUEST
+  ("Default topic resources are not allowed."), an illegal one
+  INVALID_TOPIC_EXCEPTION. The change is written to `topic-configs` before
+  the answer, applies to every partition at once, survives a restart, and
+  DescribeConfigs shows it as DYNAMIC_TOPIC_CONFIG. The internal topics can
+  be altered, as in Kafka.
+- BROKER (4), named by this node's id or "" (the cluster-wide default): a
+  name that is not an integer or another node's id is INVALID_REQUEST, with
+  Kafka's messages. Kafka refuses a config that cannot be updated
+  dynamically with INVALID_REQUEST "Cannot update these configs dynamically:
+  Set(...)" (DynamicBrokerConfig.validateConfigs, turned into
+  InvalidRequestException by ConfigAdminManager); every broker config here
+  is static, so every one is refused so (Kafka would store an unknown custom
+  name; it is refused here too, having nowhere to live). A resource with no
+  config changes nothing and answers NONE.
+- Every other type, BROKER_LOGGER included (the legacy API never took it):
+  INVALID_REQUEST "Unknown resource type <n>".
+- `validate_only`: every check, and nothing changes.
+
+Version notes: v0-2 carry the same fields; v1 only means throttling after
+the response, v2 is flexible. kio has every one of them.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Mapping
+
+from logstore.broker.api import api, build, response_type
+from logstore.broker.api.describe_configs import BROKER, BROKER_ID, BROKER_LOG_DEFAULTS, TOPIC
+from logstore.broker.config import BROKER_SETTINGS
+from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.errors import LogStoreError
+
+KEY = 33
+
+Answer = tuple[ErrorCode, str | None]
+OK: Answer = (ErrorCode.none, None)
+# Every broker-level name DescribeConfigs shows: what Kafka's KafkaConfig.configKeys knows here.
+BROKER_CONFIG_NAMES = frozenset(BROKER_SETTINGS) | frozenset(BROKER_LOG_DEFAULTS)
+
+
+def repeated_resources(resources) -> set[tuple[int, str]]:
+    """The (type, name) pairs named more than once."""
+    seen: set[tuple[int, str]] = set()
+    twice = set()
+    for resource in resources:
+        key = (resource.resource_type, resource.resource_name)
+        (twice if key in seen else seen).add(key)
+    return twice
+
+
+def common_checks(resource, repeated: set[tuple[int, str]], null_keys: list[str]) -> Answer | None:
+    """Kafka's first checks of a resource (ConfigAdminManager.preprocess), or None when it passes them."""
+    if (resource.resource_type, resource.resource_name) in repeated:
+        return ErrorCode.invalid_request, "Each resource must appear at most once."
+    names = [config.name for config in resource.configs]
+    if len(set(names)) != len(names):
+        return ErrorCode.invalid_request, "Error due to duplicate config keys"
+    if null_keys:
+        return ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(null_keys)
+    return None
+
+
+def check_broker_name(broker, name: str) -> Answer | None:
+    """Kafka's validateResourceNameIsCurrentNodeId for a non-empty name, or None when it is this node."""
+    if not name:
+        return None
+    if not BROKER_ID.fullmatch(name):
+        return ErrorCode.invalid_request, f"Node id must be an integer, but it is: {name}"
+    if int(name) != broker.node_id:
+        return ErrorCode.invalid_request, f"Unexpected broker id, expected {broker.node_id}, but received {name}"
+    return None
+
+
+def refuse_broker_configs(names: Iterable[str]) -> Answer:
+    """NONE for no config; otherwise Kafka's answer for configs that cannot be updated dynamically."""
+    names = sorted(set(names))
+    if not names:
+        return OK
+    return ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({', '.join(names)})"
+
+
+def check_topic_name(name: str) -> Answer | None:
+    """ControllerConfigurationValidator's refusal of the default topic resource (the rest is the store's)."""
+    if not name:
+        return ErrorCode.invalid_request, "Default topic resources are not allowed."
+    return None
+
+
+async def alter_topic(request, topic: str, changes: Mapping[str, Any | None], validate_only: bool) -> Answer:
+    """Apply (or only check) changes to a topic's overrides in the store; None values delete."""
+    store = request.broker.store
+    # Off the event loop: the overrides are fsynced, and a cleaning round may have to stop first.
+    call = functools.partial(store.alter_topic_config, topic, dict(changes), validate_only=validate_only)
+    try:
+        await request.broker.coordinate(call)
+    except LogStoreError as exc:
+        return ErrorCode(exc.code), str(exc)
+    return OK
+
+
+def answer(key: int, version: int, resource, result: Answer):
+    """One resource's row of an (Incremental)AlterConfigs response."""
+    code, message = result
+    return build(response_type(key, version, "AlterConfigsResourceResponse"), error_code=code,
+                 error_message=message, resource_type=resource.resource_type,
+                 resource_name=resource.resource_name)
+
+
+async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
+    nulls = [config.name for config in resource.configs if config.value is None]
+    refused = common_checks(resource, repeated, nulls)
+    if refused:
+        return refused
+    kind, name = resource.resource_type, resource.resource_name
+    if kind == BROKER:
+        return check_broker_name(request.broker, name) or refuse_broker_configs(c.name for c in resource.configs)
+    if kind == TOPIC:
+        refused = check_topic_name(name)
+        if refused:
+            return refused
+        # Legacy semantics: what is not listed is deleted.
+        changes: dict[str, Any | None] = dict.fromkeys(request.broker.store.topic_overrides(name))
+        changes.update((config.name, config.value) for config in resource.configs)
+        return await alter_topic(request, name, changes, validate_only)
+    return ErrorCode.invalid_request, f"Unknown resource type {kind}"
+
+
+@api(KEY, 0, 2)
+async def handle(request, body):
+    """Replace each resource's configs, or say why not."""
+    repeated = repeated_resources(body.resources)
+    results = [answer(KEY, request.version, resource, await _alter(request, resource, repeated, body.validate_only))
+               for resource in body.resources]
+    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, responses=tuple(results))

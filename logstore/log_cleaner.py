@@ -1,0 +1,202 @@
+"""The background log cleaner of a LogManager, and the files it keeps in each log dir.
+
+`cleaner-offset-checkpoint` (Kafka's: where each compacted partition's next
+round starts) and `cleaner-state.json` (ours: the last round's figures, for
+`logstore cleaner`; Kafka ignores files it does not know in a log dir).
+The rounds themselves are `logstore.cleaner`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Mapping, Sequence
+
+from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint, write_atomically
+from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, log_to_clean
+from logstore.log import Log
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+# Not Kafka's (it keeps these in metrics): what `logstore cleaner` shows; Kafka ignores the file.
+CLEANER_STATE = "cleaner-state.json"
+# Kafka's broker settings for the cleaner, with its defaults.
+CLEANER_DEFAULTS: dict[str, object] = {
+    "log.cleaner.enable": True,
+    "log.cleaner.threads": 1,
+    "log.cleaner.dedupe.buffer.size": 128 * 1024 * 1024,
+    "log.cleaner.io.buffer.load.factor": 0.9,
+    "log.cleaner.io.buffer.size": 512 * 1024,
+    "log.cleaner.backoff.ms": 15_000,
+}
+
+
+def read_cleaner_state(log_dir: str) -> dict[str, dict]:
+    """The last round's figures per partition (`<topic>-<partition>`) in one log dir ({} if none yet)."""
+    try:
+        with open(os.path.join(log_dir, CLEANER_STATE), "rb") as f:
+            doc = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, str(exc)) from None
+    if not isinstance(doc, dict) or doc.get("version") != 0 or not isinstance(doc.get("logs"), dict):
+        raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, "expected version 0 and logs")
+    return doc["logs"]
+
+
+def read_cleaner_checkpoints(log_dir: str) -> dict[tuple[str, int], int]:
+    """The cleaner checkpoint of one log dir ({} if there is none)."""
+    try:
+        return OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT)).read()
+    except FileNotFoundError:
+        return {}
+
+
+class LogCleaner:
+    """The background cleaner of a LogManager: picks the filthiest compacted log and cleans it.
+
+    One thread (log.cleaner.threads above 1 is taken as 1: a second would only
+    contend for the same two cores). Rounds wait `log.cleaner.backoff.ms` when
+    nothing is due; `wake()` starts one now.
+    """
+
+    def __init__(self, logs: Callable[[], Mapping[tuple[str, int], Log]], log_dirs: Sequence[str],
+                 settings: Mapping[str, object], *, clock: Callable[[], int] | None = None):
+        self._logs = logs
+        self._log_dirs = list(log_dirs)
+        self._backoff_s = int(settings["log.cleaner.backoff.ms"]) / 1000
+        self._clock = clock or (lambda: int(time.time() * 1000))
+        self._stop = threading.Event()
+        self._pausing = threading.Event()
+        # Held for the whole of a round: `paused()` takes it to wait for a round it aborted.
+        self._round_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+        self._cleaner = Cleaner(int(settings["log.cleaner.dedupe.buffer.size"]),
+                                float(settings["log.cleaner.io.buffer.load.factor"]),
+                                clock=self._clock, should_stop=self._stopping,
+                                io_buffer_bytes=int(settings["log.cleaner.io.buffer.size"]))
+        self.checkpoints: dict[tuple[str, int], int] = {}
+        for log_dir in self._log_dirs:
+            self.checkpoints.update(read_cleaner_checkpoints(log_dir))
+        self.last_stats: dict[tuple[str, int], CleanerStats] = {}
+        self.rounds = 0
+        self._started = 0
+        self._round_done = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Run rounds in a daemon thread until `stop()`."""
+        self._thread = threading.Thread(target=self._run, name="log-cleaner", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Abort the round under way and end the thread."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or self._pausing.is_set()
+
+    @contextmanager
+    def paused(self):
+        """Abort the round under way and run no other while the block runs (before a log is deleted)."""
+        self._pausing.set()
+        try:
+            with self._round_lock:
+                self._pausing.clear()
+                yield
+        finally:
+            self._pausing.clear()
+
+    def wake(self) -> None:
+        """Start a round now rather than after the backoff."""
+        self._wake.set()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                cleaned = self.clean_filthiest()
+            except CleaningAborted:
+                cleaned = False
+            except Exception:
+                log.exception("log cleaner round failed")
+                cleaned = False
+            if not cleaned:
+                self._wake.wait(self._backoff_s)
+                self._wake.clear()
+
+    def candidates(self) -> list[LogToClean]:
+        """Every compacted log with its sections now, filthiest first."""
+        now = self._clock()
+        found = []
+        for key, target in sorted(self._logs().items()):
+            if target.config.compacts and not target.closed:
+                found.append(log_to_clean(target, self.checkpoints.get(key), now))
+        return sorted(found, key=lambda c: c.cleanable_ratio, reverse=True)
+
+    def clean_filthiest(self) -> bool:
+        """Clean the filthiest log that is due; False if none is."""
+        with self._lock:
+            self._started += 1
+        try:
+            with self._round_lock:
+                return self._clean_once()
+        finally:
+            with self._lock:
+                self.rounds += 1
+                self._round_done.notify_all()
+
+    def _clean_once(self) -> bool:
+        due = [c for c in self.candidates() if c.ready]
+        if not due:
+            return False
+        chosen = max(due, key=lambda c: (c.needs_compaction_now, c.cleanable_ratio))
+        target = chosen.log
+        key = (target.topic, target.partition)
+        stats = self._cleaner.clean(chosen)
+        with self._lock:
+            self.checkpoints[key] = stats.end_offset
+            self.last_stats[key] = stats
+            self._write_checkpoint(os.path.dirname(target.directory))
+            self._write_state(os.path.dirname(target.directory), f"{target.topic}-{target.partition}", stats)
+        log.info("cleaned %s-%d up to %d: %d of %d bytes kept, %d keys", target.topic, target.partition,
+                 stats.end_offset, stats.bytes_written, stats.bytes_read, stats.keys_mapped)
+        return True
+
+    def _write_checkpoint(self, log_dir: str) -> None:
+        logs = self._logs()
+        # Entries of deleted partitions drop out here.
+        mine = {key: offset for key, offset in self.checkpoints.items()
+                if key in logs and os.path.dirname(logs[key].directory) == log_dir}
+        OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT)).write(mine)
+
+    def _write_state(self, log_dir: str, name: str, stats: CleanerStats) -> None:
+        try:
+            logs = read_cleaner_state(log_dir)
+        except CorruptCheckpointError:
+            logs = {}
+        previous = logs.get(name, {})
+        logs[name] = {"last_clean_ms": int(stats.finished * 1000), "duration_ms": int((stats.finished - stats.started) * 1000),
+                      "end_offset": stats.end_offset, "bytes_read": stats.bytes_read,
+                      "bytes_written": stats.bytes_written, "bytes_reclaimed": stats.bytes_reclaimed,
+                      "bytes_reclaimed_total": previous.get("bytes_reclaimed_total", 0) + stats.bytes_reclaimed,
+                      "records_read": stats.records_read, "records_kept": stats.records_kept,
+                      "keys_mapped": stats.keys_mapped, "rounds": previous.get("rounds", 0) + 1}
+        doc = {"version": 0, "logs": {n: logs[n] for n in sorted(logs)}}
+        write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"), fsync=False)
+
+    def await_round(self, timeout_s: float) -> bool:
+        """Wake the cleaner and wait until it finished a round that started after this call."""
+        with self._lock:
+            # A round under way may have looked at the logs before the caller's change.
+            target = self._started + 1
+            self._wake.set()
+            return self._round_done.wait_for(lambda: self.rounds >= target, timeout_s)
