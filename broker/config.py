@@ -54,8 +54,9 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "group.consumer.max.size": (2_147_483_647, int),
     "group.consumer.assignors": ("org.apache.kafka.coordinator.group.assignor.UniformAssignor,"
                                  "org.apache.kafka.coordinator.group.assignor.RangeAssignor", str),
-    # Kafka's default is bidirectional; online migration of a group with members is not implemented.
-    "group.consumer.migration.policy": ("disabled", str),
+    # Online migration of groups with members between the classic and consumer protocols (Kafka's
+    # default): upgrade, downgrade, bidirectional or disabled (empty groups convert under any).
+    "group.consumer.migration.policy": ("bidirectional", str),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
     # false gives Kafka's page-cache behaviour.

@@ -8,8 +8,8 @@ Behavior:
   which is how admin clients know to fall back to DescribeGroups.
 - Authorized operations are "not requested" (this broker has no ACLs).
 
-Version notes: v1 adds MemberType (1: a member of the consumer protocol;
-classic members never join a consumer group here).
+Version notes: v1 adds MemberType (1: a member of the consumer protocol, 0: a
+classic member that stayed in, or joined, through online migration).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 69
 UNKNOWN_OPERATIONS = -2147483648
-CONSUMER_MEMBER = 1
+CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 @api(KEY, 0, 1)
@@ -49,7 +49,8 @@ async def handle(request, body):
                               member_epoch=m.member_epoch, client_id=m.client_id, client_host=m.client_host,
                               subscribed_topic_names=m.subscribed_topic_names,
                               subscribed_topic_regex=m.subscribed_topic_regex, assignment=assignment(m.assignment),
-                              target_assignment=assignment(m.target_assignment), member_type=CONSUMER_MEMBER)
+                              target_assignment=assignment(m.target_assignment),
+                              member_type=CLASSIC_MEMBER if m.classic else CONSUMER_MEMBER)
                         for m in d.members)
         groups.append(build(group_cls, error_code=ErrorCode.none, error_message=None, group_id=d.group_id,
                             group_state=d.state, group_epoch=d.group_epoch, assignment_epoch=d.assignment_epoch,

@@ -17,6 +17,12 @@ CurrentAssignmentBuilder moves it:
 So no partition is ever held by two members, and a member keeps reading
 every partition that stays with it.
 
+A member may also speak the classic protocol (JoinGroup, SyncGroup,
+Heartbeat) inside a consumer group, as Kafka's online migration has it
+(group_migration.py): it carries its `ClassicMetadata`, reports what it
+owns only when it rejoins, and is not timed for its revocations: the
+coordinator times its join and sync instead (`classic_deadline`).
+
 A static member (instance id) that leaves with epoch -2 keeps its
 partitions, held for it, until a member with its instance id joins and
 takes them over, or its session expires.
@@ -62,7 +68,17 @@ class ConsumerGroupConfig:
     heartbeat_interval_ms: int = 5_000       # group.consumer.heartbeat.interval.ms
     max_size: int = 2**31 - 1                # group.consumer.max.size
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; the first is the default
-    migration_policy: str = "disabled"       # group.consumer.migration.policy
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """Whether a classic group with members may become a consumer group (and classic members join one)."""
+        return self.migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """Whether a consumer group left with classic members only goes back to being a classic group."""
+        return self.migration_policy in ("downgrade", "bidirectional")
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "ConsumerGroupConfig":
@@ -89,12 +105,25 @@ class ConsumerGroupConfig:
         if not names or unknown:
             raise InvalidConfigError(
                 f"group.consumer.assignors: {unknown or raw!r} not among {sorted(SERVER_ASSIGNORS)}")
-        policy = str(get("group.consumer.migration.policy", "disabled")).lower()
-        if policy != "disabled":
-            raise InvalidConfigError(
-                f"group.consumer.migration.policy={policy}: only 'disabled' is implemented (online migration "
-                "of a non-empty group between the classic and consumer protocols is not; empty groups convert)")
+        policy = str(get("group.consumer.migration.policy", "bidirectional")).strip().lower()
+        if policy not in MIGRATION_POLICIES:
+            raise InvalidConfigError(f"group.consumer.migration.policy={policy}: not one of "
+                                     f"{', '.join(MIGRATION_POLICIES)}")
         return cls(session, heartbeat, get("group.consumer.max.size", 2**31 - 1), names, policy)
+
+
+@dataclass(frozen=True)
+class ClassicMetadata:
+    """What a member speaking the classic protocol joined with: its session timeout (ms) and its
+    protocols (name, ConsumerProtocol subscription) in preference order."""
+
+    session_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    @property
+    def protocol_name(self) -> str:
+        """The protocol its JoinGroup and SyncGroup answers name: its first choice, as in Kafka."""
+        return self.protocols[0][0]
 
 
 @dataclass(eq=False)
@@ -117,10 +146,16 @@ class ConsumerMember:
     pending_revocation: frozenset[TopicPartition] = frozenset()
     session_deadline: int = 0
     revocation_deadline: int | None = None
+    classic: ClassicMetadata | None = None   # set while the member speaks the classic protocol
+    classic_deadline: int | None = None      # a classic member's JoinGroup or SyncGroup is due by then
 
     def holds(self) -> frozenset[TopicPartition]:
         """Every partition the member may still be reading: assigned, or assigned and not yet revoked."""
         return self.assigned | self.pending_revocation
+
+    def deadlines(self) -> list[int]:
+        """When the member is removed unless it acts: its session, and a revocation, join or sync due (ms)."""
+        return [d for d in (self.session_deadline, self.revocation_deadline, self.classic_deadline) if d is not None]
 
     def topics(self, counts: Mapping[str, int]) -> frozenset[str]:
         """The topics the member consumes: its names, and the existing topics its regex matches."""
@@ -133,7 +168,7 @@ class ConsumerMember:
     def metadata_key(self) -> tuple:
         """What ConsumerGroupMemberMetadata persists: a change of it is a record to write."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topics,
-                self.subscribed_regex, self.rebalance_timeout_ms, self.server_assignor)
+                self.subscribed_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
 
     def assignment_key(self) -> tuple:
         """What ConsumerGroupCurrentMemberAssignment persists."""
@@ -263,11 +298,16 @@ class ConsumerGroup:
         check_join_fields(rebalance_timeout_ms, owned, subscribed_topics, subscribed_regex)
         holder = self.static_member(instance_id)
         if holder is not None and holder.member_id != member_id:
-            if holder.member_epoch != STATIC_LEAVE_EPOCH:
+            if holder.member_epoch != STATIC_LEAVE_EPOCH and holder.classic is None:
                 raise UnreleasedInstanceIdError(
                     f"Static member {member_id} with instance id {instance_id} cannot join the group because the "
                     f"instance id is owned by {holder.member_id} member.")
-            return self._replace_static(holder, member_id)
+            member = self._replace_static(holder, member_id)
+            if member.classic is not None:
+                # A classic instance restarted with the consumer protocol (Kafka takes its place at once).
+                member.classic = member.classic_deadline = None
+                member.member_epoch = member.previous_member_epoch = 0
+            return member
         member = self.members.get(member_id)
         if member is not None:
             # A member rejoining (it lost its state): it starts again from nothing it holds.
@@ -344,15 +384,12 @@ class ConsumerGroup:
         return member
 
     def expired(self, now: int) -> list[str]:
-        """Members whose session ran out, or who did not revoke within their rebalance timeout."""
-        return [m.member_id for m in self.members.values()
-                if m.session_deadline <= now or (m.revocation_deadline is not None and m.revocation_deadline <= now)]
+        """Members whose session ran out, or who did not revoke (or, classic, join or sync) in time."""
+        return [m.member_id for m in self.members.values() if min(m.deadlines()) <= now]
 
     def next_deadline(self) -> int | None:
-        """The earliest session or revocation deadline of the members."""
-        deadlines = [m.session_deadline for m in self.members.values()]
-        deadlines += [m.revocation_deadline for m in self.members.values() if m.revocation_deadline is not None]
-        return min(deadlines, default=None)
+        """The earliest deadline of the members (sessions, revocations, classic joins and syncs)."""
+        return min((min(m.deadlines()) for m in self.members.values()), default=None)
 
     # -- assignment --------------------------------------------------------------------------
 
@@ -386,12 +423,16 @@ class ConsumerGroup:
         if member.member_epoch == self.assignment_epoch and member.state is MemberState.STABLE:
             return
         revoke = member.assigned - target
-        if revoke:
+        # A classic member reports what it owns only when it rejoins; what it no longer owns then
+        # needs no revocation (Kafka's CurrentAssignmentBuilder rule).
+        if revoke and (member.classic is None or owned is None or owned & revoke):
             member.assigned -= revoke
             member.pending_revocation = revoke
             member.state = MemberState.UNREVOKED_PARTITIONS
-            member.revocation_deadline = now + member.rebalance_timeout_ms
+            if member.classic is None:   # a classic member's rejoin is timed instead
+                member.revocation_deadline = now + member.rebalance_timeout_ms
             return
+        member.assigned -= revoke
         if member.member_epoch != self.assignment_epoch:
             member.previous_member_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
         held = set()
@@ -400,6 +441,76 @@ class ConsumerGroup:
                 held |= other.holds()
         member.assigned = member.assigned | frozenset(tp for tp in target if tp not in held)
         member.state = MemberState.STABLE if member.assigned == target else MemberState.UNRELEASED_PARTITIONS
+
+    # -- members speaking the classic protocol ---------------------------------------------------
+
+    def classic_join(self, config: ConsumerGroupConfig, counts: Mapping[str, int], now: int, *, member_id: str,
+                     instance_id: str | None, rebalance_timeout_ms: int, classic: ClassicMetadata,
+                     subscription, client_id: str = "", client_host: str = "", new_id: bool = False
+                     ) -> ConsumerMember:
+        """A JoinGroup inside the consumer group (Kafka's classicGroupJoinToConsumerGroup): the member's
+        subscription (a decoded ConsumerProtocol one) is taken as a heartbeat's, and its owned partitions
+        acknowledge revocations; `new_id` when the coordinator just made its id. The member's epoch is the
+        generation it is answered."""
+        holder = self.static_member(instance_id)
+        if holder is not None and holder.member_id != member_id:
+            if not new_id:
+                raise FencedInstanceIdError(f"Static member {member_id} with instance id {instance_id} was fenced "
+                                            f"by member {holder.member_id}.")
+            # A static member restarted under a new id takes over its instance's place; the old id is fenced.
+            member = self._replace_static(holder, member_id)
+            member.member_epoch = member.previous_member_epoch = 0
+        else:
+            member = self.members.get(member_id)
+        if member is None:
+            if len(self.members) >= config.max_size:
+                raise GroupMaxSizeReachedError(f"The consumer group has reached its maximum capacity of "
+                                               f"{config.max_size} members.")
+            member = ConsumerMember(member_id, instance_id, None, client_id, client_host, frozenset(), None,
+                                    rebalance_timeout_ms)
+            self.members[member_id] = member
+            changed = True
+        else:
+            changed = False
+        topics = frozenset(subscription.topics)
+        if topics != member.subscribed_topics:
+            member.subscribed_topics = topics
+            changed = True
+        if instance_id is not None:
+            member.instance_id = instance_id
+        if subscription.rack_id is not None:
+            member.rack_id = subscription.rack_id
+        if rebalance_timeout_ms >= 0:
+            member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.client_id, member.client_host, member.classic = client_id, client_host, classic
+        member.session_deadline = now + classic.session_timeout_ms
+        if self._metadata_changed(counts) or changed:
+            self.group_epoch += 1
+        if self.assignment_epoch < self.group_epoch:
+            self._compute_target(config, counts)
+        owned = frozenset((topic, p) for topic, ps in subscription.owned_partitions for p in ps)
+        self._reconcile(member, owned, now)
+        return member
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a partition of the member's target is still held by another member."""
+        if member.state is not MemberState.UNRELEASED_PARTITIONS:
+            return False
+        missing = self.target.get(member.member_id, frozenset()) - member.assigned
+        return any(missing & other.holds() for other in self.members.values() if other is not member)
+
+    def must_rejoin(self, member: ConsumerMember) -> bool:
+        """Kafka's rule for a classic member's Heartbeat: rejoin when the group moved on, when it has
+        partitions to give up, or when partitions it waits for are free now."""
+        return (member.member_epoch < self.group_epoch or member.state is MemberState.UNREVOKED_PARTITIONS
+                or (member.state is MemberState.UNRELEASED_PARTITIONS and not self.waiting_on_unreleased(member)))
+
+    def only_classic_besides(self, member_id: str) -> bool:
+        """Whether `member_id` is the one member speaking the consumer protocol (Kafka's
+        allMembersUseClassicProtocolExcept)."""
+        member = self.members.get(member_id)
+        return member is not None and member.classic is None and all(
+            m.classic is not None for m in self.members.values() if m is not member)
 
 
 def check_join_fields(rebalance_timeout_ms: int, owned, subscribed_topics, subscribed_regex) -> None:

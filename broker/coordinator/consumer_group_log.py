@@ -15,7 +15,10 @@ Partitions are named by topic id (16 bytes), as in Kafka.
                                                              SubscribedTopicNames [string],
                                                              SubscribedTopicRegex string?,
                                                              RebalanceTimeoutMs int32, ServerAssignor string?
-                                                             (tag 0: ClassicMemberMetadata, skipped)
+                                                             tag 0 ClassicMemberMetadata? [SessionTimeoutMs
+                                                             int32, SupportedProtocols [Name string,
+                                                             Metadata bytes]]: a member speaking the
+                                                             classic protocol (group_migration.py)
   6 ConsumerGroupTargetAssignmentMetadata key (group)  value AssignmentEpoch int32
   7 ConsumerGroupTargetAssignmentMember key (group, member) value TopicPartitions [TopicId uuid,
                                                              Partitions [int32]]
@@ -34,12 +37,13 @@ import struct
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
-from logstore.broker.coordinator.consumer_group import ConsumerGroup, ConsumerMember, MemberState
+from logstore.broker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 from logstore.broker.coordinator.records import Reader, Writer
 from logstore.errors import CorruptRecordError
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
 VALUE_VERSION = 0
+CLASSIC_MEMBER_TAG = 0   # ConsumerGroupMemberMetadataValue's tagged ClassicMemberMetadata
 _STATE_BYTES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberState.UNRELEASED_PARTITIONS: 2}
 _STATES = {v: k for k, v in _STATE_BYTES.items()}
 
@@ -141,7 +145,28 @@ def _member_value(m: ConsumerMember) -> bytes:
     for topic in sorted(m.subscribed_topics):
         w.string(True, topic)
     w.string(True, m.subscribed_regex).int(4, m.rebalance_timeout_ms).string(True, m.server_assignor)
+    return w.tagged_fields({} if m.classic is None else {CLASSIC_MEMBER_TAG: _classic_value(m.classic)}).getvalue()
+
+
+def _classic_value(classic: ClassicMetadata) -> bytes:
+    w = Writer().int(4, classic.session_timeout_ms).array_header(True, len(classic.protocols))
+    for name, metadata in classic.protocols:
+        w.string(True, name).bytes_(True, metadata).tagged_fields()
     return w.tagged_fields().getvalue()
+
+
+def _read_classic(data: bytes, what: str) -> ClassicMetadata:
+    reader = Reader(data, f"{what} ClassicMemberMetadata")
+    session_timeout_ms = reader.int(4)
+
+    def protocol():
+        name, metadata = reader.string(True), reader.bytes(True)
+        reader.tagged_fields()
+        return name, metadata or b""
+    protocols = tuple(reader.array(True, protocol))
+    reader.tagged_fields()
+    reader.end()
+    return ClassicMetadata(session_timeout_ms, protocols)
 
 
 def _target_value(partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> bytes:
@@ -308,17 +333,19 @@ class ConsumerGroupLoader:
         regex = reader.string(True, nullable=True)
         rebalance_timeout_ms = reader.int(4)
         assignor = reader.string(True, nullable=True)
-        reader.tagged_fields()
+        tagged = reader.tagged_fields()
         reader.end()
+        classic = _read_classic(tagged[CLASSIC_MEMBER_TAG], what) if CLASSIC_MEMBER_TAG in tagged else None
         member = g.members.get(member_id)
         if member is None:
             g.members[member_id] = ConsumerMember(member_id, instance_id, rack_id, client_id, client_host, topics,
-                                                  assignor, rebalance_timeout_ms, regex or None)
+                                                  assignor, rebalance_timeout_ms, regex or None, classic=classic)
         else:
             member.instance_id, member.rack_id, member.client_id, member.client_host = (
                 instance_id, rack_id, client_id, client_host)
             member.subscribed_topics, member.subscribed_regex = topics, regex or None
             member.rebalance_timeout_ms, member.server_assignor = rebalance_timeout_ms, assignor
+            member.classic = classic
 
     def groups(self) -> dict[str, ConsumerGroup]:
         """The groups the records leave (one whose epoch record is gone, or never came, is not one)."""

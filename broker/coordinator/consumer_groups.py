@@ -5,9 +5,13 @@ A consumer group is a `Group` (group_state.py) whose `consumer` holds its
 `ConsumerGroup` state machine (consumer_group.py); its committed offsets
 live on the `Group` as a classic group's do. One id is one kind of group at
 a time, as in Kafka: a heartbeat to an empty classic group converts it (its
-offsets stay), to a classic group with members it answers GROUP_ID_NOT_FOUND
-("not a consumer group"; group.consumer.migration.policy=disabled), and the
-classic calls treat a consumer group alike (group.py).
+offsets stay). What happens to a classic group with members is
+`group.consumer.migration.policy`'s (Kafka's default, bidirectional, is the
+broker's): upgrade or bidirectional convert a Stable one online, its members
+staying in and speaking the classic protocol, and the last consumer-protocol
+member leaving such a group turns it back into a classic group under
+downgrade or bidirectional (group_migration.py); disabled answers
+GROUP_ID_NOT_FOUND ("not a consumer group") and keeps classic calls out.
 
 Each heartbeat runs on a copy of the group; the records between the copy
 and the group (consumer_group_log.py) are appended, and only then does the
@@ -22,15 +26,16 @@ import logging
 from dataclasses import dataclass
 from typing import Iterable
 
-from logstore.broker.coordinator.consumer_group import (STATIC_LEAVE_EPOCH, ConsumerGroup, ConsumerGroupConfig,
-                                                        HeartbeatAnswer, check_join_fields)
+from logstore.broker.coordinator.consumer_group import (LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup,
+                                                        ConsumerGroupConfig, HeartbeatAnswer, check_join_fields)
 from logstore.broker.coordinator.consumer_group_log import records_between
 from logstore.broker.coordinator.group_log import encode_group_key
+from logstore.broker.coordinator.group_migration import consumer_group_from_classic
 from logstore.broker.coordinator.group_offsets import Effects
 from logstore.broker.coordinator.group_state import Group, GroupState
-from logstore.errors import (CoordinatorNotAvailableError, GroupIdNotFoundError, InvalidRequestError, LogStoreError,
-                             StaleMemberEpochError, UnknownMemberIdError, UnsupportedAssignorError,
-                             UnsupportedVersionError)
+from logstore.errors import (CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
+                             IllegalGenerationError, InvalidRequestError, LogStoreError, StaleMemberEpochError,
+                             UnknownMemberIdError, UnsupportedAssignorError, UnsupportedVersionError)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +68,7 @@ class ConsumerMemberDescription:
     subscribed_topic_regex: str | None
     assignment: tuple[tuple[bytes, str, tuple[int, ...]], ...]
     target_assignment: tuple[tuple[bytes, str, tuple[int, ...]], ...]
+    classic: bool = False   # it speaks the classic protocol (online migration)
 
 
 @dataclass(frozen=True)
@@ -80,7 +86,8 @@ class ConsumerGroupDescription:
 
 class ConsumerGroups:
     """The group coordinator's KIP-848 calls; `GroupCoordinator` supplies `store`, `config` (its
-    `consumer` settings), `_clock`, `_lock`, `_groups`, `_append`, `_finish` and `_schedule`."""
+    `consumer` settings), `_clock`, `_lock`, `_groups`, `_append`, `_finish` and `_schedule`, and
+    (`GroupMigration`) the online upgrade and downgrade."""
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -137,40 +144,61 @@ class ConsumerGroups:
             owned_tps = None if owned is None else frozenset(
                 (names[topic_id], p) for topic_id, ps in owned if topic_id in names for p in ps)
             group = self._groups.get(group_id)
-            converting = None
+            converting = upgraded = None
             if group is None:
                 if member_epoch != 0:
                     raise GroupIdNotFoundError(f"Consumer group {group_id} not found.")
                 before = None
             elif group.consumer is None:
-                if member_epoch != 0 or not (group.is_in(GroupState.EMPTY) and group.is_empty):
+                if member_epoch != 0:
                     raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+                if not (group.is_in(GroupState.EMPTY) and group.is_empty):
+                    if not self._may_upgrade(group):
+                        raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+                    try:
+                        upgraded = consumer_group_from_classic(group, now)
+                    except CorruptRecordError as exc:
+                        raise GroupIdNotFoundError(f"Cannot upgrade the classic group {group_id} to consumer group "
+                                                   f"because the embedded consumer protocol is malformed.") from exc
                 converting = group
-                before = None
+                before = upgraded
             else:
                 before = group.consumer
+            downgrade = (member_epoch == LEAVE_EPOCH and before is not None
+                         and self._may_downgrade(before, member_id))
             working = before.copy() if before is not None else ConsumerGroup(group_id)
             answer: HeartbeatAnswer = working.heartbeat(
                 cfg, counts, now, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id,
                 rack_id=rack_id, rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topics=subscribed_topic_names,
                 subscribed_regex=subscribed_topic_regex, server_assignor=server_assignor, owned=owned_tps,
                 client_id=client_id, client_host=client_host)
-            records = records_between(before, working, self._topic_id)
-            if converting is not None:
-                # Kafka's offline upgrade: the empty classic group goes (its offsets stay).
-                records.insert(0, (encode_group_key(group_id), None))
             try:
+                if downgrade:
+                    # The last member speaking the consumer protocol left: the classic members carry on alone.
+                    self._downgrade(group, member_id, now, fx)
+                    records = []
+                elif upgraded is not None:
+                    records = self._upgrade_records(group, upgraded) + records_between(upgraded, working,
+                                                                                       self._topic_id)
+                else:
+                    records = records_between(before, working, self._topic_id)
+                    if converting is not None:
+                        # Kafka's offline upgrade: the empty classic group goes (its offsets stay).
+                        records.insert(0, (encode_group_key(group_id), None))
                 if records:
                     self._append(fx, partition, [k for k, _ in records], [v for _, v in records])
             except LogStoreError as exc:
                 raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
             if group is None:
                 group = self._groups[group_id] = Group(group_id, partition, state_timestamp=now)
-            if converting is not None:
-                log.info("group %r: empty classic group converted to a consumer group", group_id)
-            group.consumer = working
-            if answer.member_id in working.members:
-                self._watch_consumer_member(group, answer.member_id)
+            if not downgrade:
+                group.consumer = working
+                if upgraded is not None:
+                    self._upgraded(group, fx)
+                elif converting is not None:
+                    log.info("group %r: empty classic group converted to a consumer group", group_id)
+                if answer.member_id in working.members:
+                    self._watch_consumer_member(group, answer.member_id)
         self._finish(fx)
         return ConsumerHeartbeatResult(answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms,
                                        None if answer.assignment is None else self._by_topic_id(answer.assignment))
@@ -179,10 +207,7 @@ class ConsumerGroups:
 
     def _watch_consumer_member(self, group: Group, member_id: str) -> None:
         """Queue the member's next deadline unless an earlier one is queued (a later one is found then)."""
-        member = group.consumer.members[member_id]
-        deadline = member.session_deadline
-        if member.revocation_deadline is not None:
-            deadline = min(deadline, member.revocation_deadline)
+        deadline = min(group.consumer.members[member_id].deadlines())
         key = (group.group_id, member_id)
         queued = self._consumer_timers.get(key)
         if queued is None or deadline < queued:
@@ -202,12 +227,19 @@ class ConsumerGroups:
             self._watch_consumer_member(group, member_id)
             return
         member = current.members[member_id]
-        why = ("did not revoke its partitions within its rebalance timeout"
-               if member.revocation_deadline is not None and member.revocation_deadline <= now
-               else "no heartbeat within its session timeout")
+        if member.revocation_deadline is not None and member.revocation_deadline <= now:
+            why = "did not revoke its partitions within its rebalance timeout"
+        elif member.classic_deadline is not None and member.classic_deadline <= now:
+            why = "did not send its JoinGroup or SyncGroup within its rebalance timeout"
+        else:
+            why = "no heartbeat within its session timeout"
         working = current.copy()
         working.remove(member_id)
         try:
+            if self._may_downgrade(current, member_id):
+                log.info("group %r: member %s removed: %s", group.group_id, member_id, why)
+                self._downgrade(group, member_id, now, fx)
+                return
             records = records_between(current, working, self._topic_id)
             self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
         except LogStoreError as exc:
@@ -223,8 +255,9 @@ class ConsumerGroups:
         """After loading: every member's session starts now, and its members heartbeat on."""
         cfg: ConsumerGroupConfig = self.config.consumer
         for member in group.consumer.members.values():
-            member.session_deadline = now + cfg.session_timeout_ms
-            member.revocation_deadline = None
+            member.session_deadline = now + (cfg.session_timeout_ms if member.classic is None
+                                             else member.classic.session_timeout_ms)
+            member.revocation_deadline = member.classic_deadline = None
             self._watch_consumer_member(group, member.member_id)
 
     # -- what other calls need of consumer groups ----------------------------------------------
@@ -248,6 +281,12 @@ class ConsumerGroups:
         member = consumer.members.get(member_id)
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
+        if member.classic is not None:
+            # A classic member commits with its generation, which is its member epoch.
+            if member_epoch != member.member_epoch:
+                raise IllegalGenerationError(f"The received generation id {member_epoch} does not match the "
+                                             f"expected member epoch {member.member_epoch}.")
+            return
         if not transactional and api_version is not None and api_version < 9:
             raise UnsupportedVersionError("OffsetCommit version 9 or above must be used by members using the "
                                           "modern group protocol")
@@ -297,7 +336,7 @@ def _described(consumer: ConsumerGroup, cfg: ConsumerGroupConfig, ids: dict[str,
     members = tuple(ConsumerMemberDescription(
         m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
         tuple(sorted(m.subscribed_topics)), m.subscribed_regex, rows(m.assigned),
-        rows(consumer.target.get(m.member_id, ()))) for m in consumer.members.values())
+        rows(consumer.target.get(m.member_id, ())), m.classic is not None) for m in consumer.members.values())
     return ConsumerGroupDescription(consumer.group_id, consumer.state, consumer.group_epoch,
                                     consumer.assignment_epoch, consumer.preferred_assignor(cfg), members)
 

@@ -17,9 +17,10 @@ was set.
 
 Offsets, persistence and loading are `GroupOffsets` (group_offsets.py);
 KIP-848 consumer groups, which share the group ids, offsets and timers, are
-`ConsumerGroups` (consumer_groups.py). A classic call to a consumer group
-answers as if the classic group did not exist, except a JoinGroup to an
-empty one, which converts it (Kafka's offline downgrade).
+`ConsumerGroups` (consumer_groups.py). A JoinGroup to an empty consumer
+group converts it (Kafka's offline downgrade); other classic calls to a
+consumer group go to its members speaking the classic protocol, which the
+migration policy lets in (group_migration.py).
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from typing import Any, Callable, Iterable, Mapping
 from logstore.broker.coordinator.consumer_group import ConsumerGroupConfig
 from logstore.broker.coordinator.consumer_groups import ConsumerGroups
 from logstore.broker.coordinator.group_log import encode_group_key, encode_group_value
+from logstore.broker.coordinator.group_migration import GroupMigration
 from logstore.broker.coordinator.group_offsets import Effects, GroupOffsets
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, Group, GroupState, Member
 from logstore.errors import (CoordinatorNotAvailableError, FencedInstanceIdError, GroupIdNotFoundError,
@@ -144,7 +146,7 @@ def _answered(value: Any) -> Future:
     return future
 
 
-class GroupCoordinator(GroupOffsets, ConsumerGroups):
+class GroupCoordinator(GroupOffsets, ConsumerGroups, GroupMigration):
     """Classic and KIP-848 consumer groups and committed offsets, persisted in `__consumer_offsets`."""
 
     def __init__(self, store, transactions, config: GroupConfig = GroupConfig(), *,
@@ -257,36 +259,51 @@ class GroupCoordinator(GroupOffsets, ConsumerGroups):
         with self._lock:
             group = self._groups.get(group_id)
             try:
-                if group is not None and group.consumer is not None:
-                    if not group.is_empty:
-                        # group.consumer.migration.policy=disabled: no classic member joins a consumer group.
+                if group is not None and group.consumer is not None and not group.is_empty:
+                    if self.config.consumer.migration_policy == "disabled":
                         raise GroupIdNotFoundError(f"Group {group_id} is not a classic group.")
-                    # Kafka's offline downgrade: the empty consumer group goes (its offsets stay).
-                    self._remove_consumer_records(fx, group)
-                    group.consumer = None
-                    log.info("group %r: empty consumer group converted to a classic group", group_id)
-                if group is None:
-                    if member_id:
-                        raise UnknownMemberIdError(f"group {group_id!r} does not exist")
-                    group = self._groups[group_id] = Group(group_id, partition, state_timestamp=now)
-                if group.is_in(GroupState.DEAD):
-                    raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")
-                if not group.supports(protocol_type, protocols):
-                    raise InconsistentGroupProtocolError(
-                        f"group {group_id!r} ({group.protocol_type}) supports none of {[n for n, _ in protocols]} "
-                        f"of type {protocol_type!r}")
-                joining = Member(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
-                                 session_timeout_ms, protocol_type, protocols, join_waiter=waiter)
-                if not member_id:
-                    self._join_unknown(group, joining, require_known_member_id, now, fx)
+                    member = self._classic_join_to_consumer(
+                        group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
+                        rebalance_timeout_ms, protocol_type, protocols, require_known_member_id, now, fx)
+                    fx.answer(waiter, JoinResult(member.member_id, member.member_epoch, CONSUMER_PROTOCOL,
+                                                 member.classic.protocol_name, "", ()))
                 else:
-                    self._join_known(group, joining, now, fx)
-                if group.is_in(GroupState.PREPARING_REBALANCE):
-                    self._try_complete_join(group, now, fx)
+                    self._join_classic(group_id, group, partition, waiter, member_id, group_instance_id,
+                                       client_id, client_host, session_timeout_ms, rebalance_timeout_ms,
+                                       protocol_type, protocols, require_known_member_id, now, fx)
             except LogStoreError as exc:
                 fx.answer(waiter, exc)
         self._finish(fx, strict=False)
         return waiter
+
+    def _join_classic(self, group_id: str, group: Group | None, partition: int, waiter: Future, member_id: str,
+                      group_instance_id: str | None, client_id: str, client_host: str, session_timeout_ms: int,
+                      rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+                      require_known_member_id: bool, now: int, fx: Effects) -> None:
+        """JoinGroup to a classic group, a new one, or an empty consumer group (which becomes classic)."""
+        if group is not None and group.consumer is not None:
+            # Kafka's offline downgrade: the empty consumer group goes (its offsets stay).
+            self._remove_consumer_records(fx, group)
+            group.consumer = None
+            log.info("group %r: empty consumer group converted to a classic group", group_id)
+        if group is None:
+            if member_id:
+                raise UnknownMemberIdError(f"group {group_id!r} does not exist")
+            group = self._groups[group_id] = Group(group_id, partition, state_timestamp=now)
+        if group.is_in(GroupState.DEAD):
+            raise CoordinatorNotAvailableError(f"group {group_id!r} is being removed")
+        if not group.supports(protocol_type, protocols):
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} ({group.protocol_type}) supports none of {[n for n, _ in protocols]} "
+                f"of type {protocol_type!r}")
+        joining = Member(member_id, group_instance_id, client_id, client_host, rebalance_timeout_ms,
+                         session_timeout_ms, protocol_type, protocols, join_waiter=waiter)
+        if not member_id:
+            self._join_unknown(group, joining, require_known_member_id, now, fx)
+        else:
+            self._join_known(group, joining, now, fx)
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            self._try_complete_join(group, now, fx)
 
     def _join_unknown(self, group: Group, joining: Member, require_known_member_id: bool, now: int,
                       fx: Effects) -> None:
@@ -526,33 +543,15 @@ class GroupCoordinator(GroupOffsets, ConsumerGroups):
         stored = None
         with self._lock:
             try:
-                group = self._live_group(group_id)
-                member = self._current_member(group, member_id, group_instance_id)
-                if generation_id != group.generation_id:
-                    raise IllegalGenerationError(
-                        f"generation {generation_id} is not group {group_id!r}'s {group.generation_id}")
-                if (protocol_type is not None and protocol_type != group.protocol_type) or (
-                        protocol_name is not None and protocol_name != group.protocol_name):
-                    raise InconsistentGroupProtocolError(
-                        f"group {group_id!r} uses {group.protocol_type}/{group.protocol_name}")
-                if group.is_in(GroupState.EMPTY):
-                    raise UnknownMemberIdError(f"group {group_id!r} is empty")
-                if group.is_in(GroupState.PREPARING_REBALANCE):
-                    raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
-                self._heartbeat(group, member, now)
-                group.pending_sync.discard(member_id)
-                if group.is_in(GroupState.STABLE):
-                    fx.answer(waiter, SyncResult(group.protocol_type, group.protocol_name, member.assignment))
+                group = self._groups.get(group_id)
+                if group is not None and group.consumer is not None:
+                    name, assignment = self._classic_sync_to_consumer(group, generation_id, member_id,
+                                                                      group_instance_id, protocol_type,
+                                                                      protocol_name, now)
+                    fx.answer(waiter, SyncResult(CONSUMER_PROTOCOL, name, assignment))
                 else:
-                    fx.answer(member.sync_waiter, RebalanceInProgressError("a newer SyncGroup replaced this one"))
-                    member.sync_waiter = waiter
-                    if member_id == group.leader_id:
-                        chosen = {m: bytes(assignments.get(m) or b"") for m in group.members}
-                        value = group.to_value()
-                        value = replace(value, members=tuple(replace(m, assignment=chosen[m.member_id])
-                                                             for m in value.members))
-                        self._append(fx, group.partition, [encode_group_key(group_id)], [encode_group_value(value)])
-                        stored = (group, group.generation_id, chosen)
+                    stored = self._sync_classic(group_id, generation_id, member_id, group_instance_id, assignments,
+                                                protocol_type, protocol_name, waiter, now, fx)
             except LogStoreError as exc:
                 fx.answer(waiter, exc)
         try:
@@ -564,6 +563,39 @@ class GroupCoordinator(GroupOffsets, ConsumerGroups):
         if stored is not None:
             self._assignment_stored(*stored, None)
         return waiter
+
+    def _sync_classic(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
+                      assignments: Mapping[str, bytes], protocol_type: str | None, protocol_name: str | None,
+                      waiter: Future, now: int, fx: Effects):
+        """SyncGroup in a classic group; (group, generation, assignments) when the leader's are being stored."""
+        group = self._live_group(group_id)
+        member = self._current_member(group, member_id, group_instance_id)
+        if generation_id != group.generation_id:
+            raise IllegalGenerationError(
+                f"generation {generation_id} is not group {group_id!r}'s {group.generation_id}")
+        if (protocol_type is not None and protocol_type != group.protocol_type) or (
+                protocol_name is not None and protocol_name != group.protocol_name):
+            raise InconsistentGroupProtocolError(
+                f"group {group_id!r} uses {group.protocol_type}/{group.protocol_name}")
+        if group.is_in(GroupState.EMPTY):
+            raise UnknownMemberIdError(f"group {group_id!r} is empty")
+        if group.is_in(GroupState.PREPARING_REBALANCE):
+            raise RebalanceInProgressError(f"group {group_id!r} is rebalancing")
+        self._heartbeat(group, member, now)
+        group.pending_sync.discard(member_id)
+        if group.is_in(GroupState.STABLE):
+            fx.answer(waiter, SyncResult(group.protocol_type, group.protocol_name, member.assignment))
+        else:
+            fx.answer(member.sync_waiter, RebalanceInProgressError("a newer SyncGroup replaced this one"))
+            member.sync_waiter = waiter
+            if member_id == group.leader_id:
+                chosen = {m: bytes(assignments.get(m) or b"") for m in group.members}
+                value = group.to_value()
+                value = replace(value, members=tuple(replace(m, assignment=chosen[m.member_id])
+                                                     for m in value.members))
+                self._append(fx, group.partition, [encode_group_key(group_id)], [encode_group_value(value)])
+                return group, group.generation_id, chosen
+        return None
 
     def _assignment_stored(self, group: Group, generation_id: int, assignments: dict[str, bytes],
                            error: LogStoreError | None) -> None:
@@ -589,6 +621,10 @@ class GroupCoordinator(GroupOffsets, ConsumerGroups):
         """Heartbeat: the member is alive; raises RebalanceInProgressError when it must rejoin."""
         now = self._clock()
         with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.consumer is not None:
+                self._classic_heartbeat_to_consumer(group, generation_id, member_id, group_instance_id, now)
+                return
             group = self._live_group(group_id)
             member = self._current_member(group, member_id, group_instance_id)
             if generation_id != group.generation_id:
@@ -604,30 +640,40 @@ class GroupCoordinator(GroupOffsets, ConsumerGroups):
         """LeaveGroup: remove members (id, instance id); an error or None for each."""
         now = self._clock()
         fx = Effects()
-        results: list[LogStoreError | None] = []
         with self._lock:
-            group = self._live_group(group_id)
-            for member_id, instance_id in members:
-                try:
-                    if instance_id is not None:
-                        holder = group.static_member_id(instance_id)
-                        if holder is None:
-                            raise UnknownMemberIdError(f"group {group_id!r} has no instance {instance_id!r}")
-                        if member_id and member_id != holder:
-                            raise FencedInstanceIdError(f"instance {instance_id!r} is now member {holder!r}")
-                        member_id = holder
-                    if member_id in group.pending_members:
-                        del group.pending_members[member_id]
-                        self._try_complete_join(group, now, fx)
-                    elif member_id in group.members:
-                        log.info("group %r: member %s left", group_id, member_id)
-                        self._remove_member(group, group.members[member_id], now, fx)
-                    else:
-                        raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
-                    results.append(None)
-                except LogStoreError as exc:
-                    results.append(exc)
+            group = self._groups.get(group_id)
+            if group is not None and self._takes_classic_members(group):
+                results = self._classic_leave_to_consumer(group, members, fx)
+            else:
+                results = self._leave_classic(group_id, members, now, fx)
         self._finish(fx, strict=False)
+        return results
+
+    def _leave_classic(self, group_id: str, members: Iterable[tuple[str, str | None]], now: int,
+                       fx: Effects) -> list[LogStoreError | None]:
+        """LeaveGroup in a classic group."""
+        results: list[LogStoreError | None] = []
+        group = self._live_group(group_id)
+        for member_id, instance_id in members:
+            try:
+                if instance_id is not None:
+                    holder = group.static_member_id(instance_id)
+                    if holder is None:
+                        raise UnknownMemberIdError(f"group {group_id!r} has no instance {instance_id!r}")
+                    if member_id and member_id != holder:
+                        raise FencedInstanceIdError(f"instance {instance_id!r} is now member {holder!r}")
+                    member_id = holder
+                if member_id in group.pending_members:
+                    del group.pending_members[member_id]
+                    self._try_complete_join(group, now, fx)
+                elif member_id in group.members:
+                    log.info("group %r: member %s left", group_id, member_id)
+                    self._remove_member(group, group.members[member_id], now, fx)
+                else:
+                    raise UnknownMemberIdError(f"group {group_id!r} has no member {member_id!r}")
+                results.append(None)
+            except LogStoreError as exc:
+                results.append(exc)
         return results
 
     # -- what operators see ------------------------------------------------------------------

@@ -30,7 +30,8 @@ from logstore.errors import (FencedInstanceIdError, FencedMemberEpochError, Grou
                              UnsupportedAssignorError, UnsupportedVersionError)
 from logstore.manager import LogManager
 
-CONFIG = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=100)
+# One kind of group per id, as these tests were written for; migration has tests/broker/test_group_migration_state.py.
+CONFIG = ConsumerGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=100, migration_policy="disabled")
 TOPICS = ("a", "b", "c")
 
 
@@ -256,7 +257,7 @@ def test_a_regular_expression_subscription_follows_the_topics_that_match():
 
 # -- the coordinator: persistence, timers, offsets, and classic groups beside consumer groups ----------------
 
-FAST = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=200)
+FAST = ConsumerGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=200, migration_policy="disabled")
 
 
 class Clock:

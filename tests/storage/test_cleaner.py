@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import tempfile
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -83,10 +84,25 @@ def _rebuilt_producers(directory: str) -> dict[int, tuple[int, int]]:
         reopened.close()
 
 
+MAP_BYTES = st.sampled_from([20 * 4, 20 * 10, 1 << 16])
+IO_BUFFERS = st.sampled_from([64, 700, 1 << 19])   # reads smaller than one batch, of a few, of all
+
+
 @settings(max_examples=60, deadline=None)
-@given(ops=operations, map_bytes=st.sampled_from([20 * 4, 20 * 10, 1 << 16]),
-       io_buffer=st.sampled_from([64, 700, 1 << 19]))   # reads smaller than one batch, of a few, of all
+@given(ops=operations, map_bytes=MAP_BYTES, io_buffer=IO_BUFFERS)
 def test_cleaning_keeps_the_committed_view_and_every_retained_offset(ops, map_bytes, io_buffer):
+    _clean_against_twin(ops, map_bytes, io_buffer)
+
+
+@pytest.mark.soak
+@settings(max_examples=1_500, deadline=None)
+@given(ops=operations, map_bytes=MAP_BYTES, io_buffer=IO_BUFFERS)
+def test_soak_cleaning_keeps_the_committed_view_and_every_retained_offset(ops, map_bytes, io_buffer):
+    _clean_against_twin(ops, map_bytes, io_buffer)
+
+
+def _clean_against_twin(ops, map_bytes: int, io_buffer: int) -> None:
+    """Apply the workload to a cleaned log and its twin; check every round, the settled state and a reopen."""
     with tempfile.TemporaryDirectory() as root:
         cleaned, twin = _open(os.path.join(root, "c-0")), _open(os.path.join(root, "t-0"))
         try:
