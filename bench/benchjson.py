@@ -35,6 +35,15 @@ def load_groups(path: str, prog: str) -> tuple[dict, dict[str, dict[str, dict]],
     return data, groups, problems
 
 
+def pairs(groups: dict[str, dict[str, dict]], problems: list[str]):
+    """(group, ours, peer) of every group that has both sides; a group missing one goes to `problems`."""
+    for group, sides in groups.items():
+        if set(sides) != {"ours", "peer"}:
+            problems.append(f"group {group}: sides {sorted(sides)}")
+            continue
+        yield group, sides["ours"], sides["peer"]
+
+
 def in_op_order(groups, op_order: tuple[str, ...]) -> list[str]:
     """The group names by their operation's (before the "/") place in op_order, others last, ties in file order."""
     def rank(group: str) -> int:

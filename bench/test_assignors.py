@@ -111,7 +111,7 @@ def test_rebalance(benchmark, op, shape, assignor, side):
 
 def main(argv: list[str]) -> int:
     """Print the JSON's groups as a Markdown table: medians, the paired ratio, moves and the target."""
-    from benchjson import finish, load_groups, machine_line, met, paired_ratio, table
+    from benchjson import finish, load_groups, machine_line, met, pairs, paired_ratio, table
 
     prog = "bench/test_assignors.py"
     loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/assignors.json", prog)
@@ -119,11 +119,7 @@ def main(argv: list[str]) -> int:
         return loaded
     data, groups, problems = loaded
     rows, verdicts = [], []
-    for group, sides in groups.items():
-        if set(sides) != {"ours", "peer"}:
-            problems.append(f"group {group}: sides {sorted(sides)}")
-            continue
-        ours, peer = sides["ours"], sides["peer"]
+    for group, ours, peer in pairs(groups, problems):
         info = ours["extra_info"]
         paired = paired_ratio(info)
         target = info.get("target_seconds")

@@ -156,7 +156,7 @@ def test_clean_dirty_log(benchmark, dirty_log, side):
 
 def main(argv: list[str]) -> int:
     """Print the rates, the ratio and the target."""
-    from benchjson import finish, load_groups, machine_line, met, paired_ratio, table
+    from benchjson import finish, load_groups, machine_line, met, pairs, paired_ratio, table
 
     prog = "bench/test_cleaner.py"
     loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/cleaner.json", prog)
@@ -164,11 +164,7 @@ def main(argv: list[str]) -> int:
         return loaded
     data, groups, problems = loaded
     rows, verdicts = [], []
-    for group, sides in groups.items():
-        if set(sides) != {"ours", "peer"}:
-            problems.append(f"group {group}: sides {sorted(sides)}")
-            continue
-        ours, peer = sides["ours"], sides["peer"]
+    for group, ours, peer in pairs(groups, problems):
         size = ours["extra_info"]["bytes"]
         rate, peer_rate = size / ours["stats"]["median"] / MIB, size / peer["stats"]["median"] / MIB
         paired = paired_ratio(ours["extra_info"])

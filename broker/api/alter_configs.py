@@ -143,10 +143,15 @@ async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
     return ErrorCode.invalid_request, f"Unknown resource type {kind}"
 
 
+async def answer_each(key: int, request, body, alter):
+    """The response of AlterConfigs or IncrementalAlterConfigs: `alter` answers each resource in turn."""
+    repeated = repeated_resources(body.resources)
+    results = [answer(key, request.version, resource, await alter(request, resource, repeated, body.validate_only))
+               for resource in body.resources]
+    return build(response_type(key, request.version), throttle_time=ZERO_MS, responses=tuple(results))
+
+
 @api(KEY, 0, 2)
 async def handle(request, body):
     """Replace each resource's configs, or say why not."""
-    repeated = repeated_resources(body.resources)
-    results = [answer(KEY, request.version, resource, await _alter(request, resource, repeated, body.validate_only))
-               for resource in body.resources]
-    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, responses=tuple(results))
+    return await answer_each(KEY, request, body, _alter)

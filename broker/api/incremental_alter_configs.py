@@ -36,12 +36,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from logstore.broker.api import api, build, response_type
-from logstore.broker.api.alter_configs import (BROKER_CONFIG_NAMES, Answer, alter_topic, answer, check_broker_name,
-                                               check_topic_name, common_checks, refuse_broker_configs,
-                                               repeated_resources)
+from logstore.broker.api import api
+from logstore.broker.api.alter_configs import (BROKER_CONFIG_NAMES, Answer, alter_topic, answer_each, check_broker_name,
+                                               check_topic_name, common_checks, refuse_broker_configs)
 from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, TOPIC
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.protocol import ErrorCode
 from logstore.config import LIST_CONFIGS, TOPIC_CONFIGS
 
 KEY = 44
@@ -125,7 +124,4 @@ async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
 @api(KEY, 0, 1)
 async def handle(request, body):
     """Apply each resource's operations, or say why not."""
-    repeated = repeated_resources(body.resources)
-    results = [answer(KEY, request.version, resource, await _alter(request, resource, repeated, body.validate_only))
-               for resource in body.resources]
-    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, responses=tuple(results))
+    return await answer_each(KEY, request, body, _alter)

@@ -273,21 +273,24 @@ class Clock:
 class Node:
     """A store, a transaction coordinator and a group coordinator wired as the broker wires them."""
 
-    def __init__(self, path, clock: Clock, ids=None):
+    def __init__(self, path, clock: Clock, ids=None, *, consumer: ConsumerGroupConfig = FAST,
+                 min_session_timeout_ms: int = GroupConfig.min_session_timeout_ms):
         self.path, self.clock = path, clock
+        self._options = {"consumer": consumer, "min_session_timeout_ms": min_session_timeout_ms}
         self.ids = ids if ids is not None else itertools.count(1000)
         self.store = LogManager([str(path)])
         if "t" not in self.store.topics():
             self.store.create_topic("t", 4)
         self.txn = TransactionCoordinator(self.store, lambda: next(self.ids),
                                           TxnConfig(state_partitions=3, offsets_partitions=3, fsync=False), clock=clock)
-        self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(fsync=False, initial_rebalance_delay_ms=0,
-                                                                         consumer=FAST), clock=clock)
+        self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(
+            fsync=False, initial_rebalance_delay_ms=0, consumer=consumer,
+            min_session_timeout_ms=min_session_timeout_ms), clock=clock)
         self.txn.on_offsets_marker = self.groups.complete_txn_offsets
 
     def reopen(self) -> "Node":
         self.store.close()
-        node = Node(self.path, self.clock, self.ids)
+        node = Node(self.path, self.clock, self.ids, **self._options)
         node.txn.load()
         node.groups.load()
         return node

@@ -8,8 +8,6 @@ is held by two members, and once quiet every partition is held exactly once.
 """
 from __future__ import annotations
 
-import itertools
-
 import pytest
 
 from logstore.broker.coordinator.consumer_group import (ClassicMetadata, ConsumerGroup, ConsumerGroupConfig,
@@ -17,13 +15,14 @@ from logstore.broker.coordinator.consumer_group import (ClassicMetadata, Consume
 from logstore.broker.coordinator.consumer_group_log import ConsumerGroupLoader, decode_key, records_between
 from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, decode_assignment,
                                                            encode_assignment, encode_subscription)
-from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.group import GroupConfig
 from logstore.broker.coordinator.group_log import GroupKey
 from logstore.broker.coordinator.group_log import decode_key as decode_classic_key
-from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
+from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
 from logstore.errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError, InvalidConfigError,
                              RebalanceInProgressError, UnknownMemberIdError, UnsupportedVersionError)
-from logstore.manager import LogManager
+from test_consumer_group_state import Clock
+from test_consumer_group_state import Node as StateNode
 
 ALL = frozenset(("t", p) for p in range(4))
 SESSION_MS = 2_000      # consumer-protocol members
@@ -31,31 +30,13 @@ CLASSIC_SESSION_MS = 6_000
 REBALANCE_MS = 5_000
 
 
-class Clock:
-    """Milliseconds that move only when a test says so."""
-
-    def __init__(self):
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
-class Node:
+class Node(StateNode):
     """A store and both coordinators as the broker wires them, under one migration policy."""
 
     def __init__(self, path, clock: Clock, policy: str, ids=None):
-        self.path, self.clock, self.policy = path, clock, policy
-        self.ids = ids if ids is not None else itertools.count(1000)
-        self.store = LogManager([str(path)])
-        if "t" not in self.store.topics():
-            self.store.create_topic("t", 4)
-        self.txn = TransactionCoordinator(self.store, lambda: next(self.ids),
-                                          TxnConfig(state_partitions=3, offsets_partitions=3, fsync=False), clock=clock)
-        consumer = ConsumerGroupConfig(session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200,
-                                       migration_policy=policy)
-        self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(
-            fsync=False, initial_rebalance_delay_ms=0, min_session_timeout_ms=1_000, consumer=consumer), clock=clock)
+        super().__init__(path, clock, ids, min_session_timeout_ms=1_000, consumer=ConsumerGroupConfig(
+            session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200, migration_policy=policy))
+        self.policy = policy
 
     def reopen(self) -> "Node":
         self.store.close()
@@ -63,16 +44,6 @@ class Node:
         node.txn.load()
         node.groups.load()
         return node
-
-    def advance(self, ms: int) -> None:
-        """Move the clock, running every deadline on the way at its time."""
-        target = self.clock.now + ms
-        wake = self.groups.poll(self.clock.now)
-        while wake is not None and wake <= target:
-            self.clock.now = wake
-            wake = self.groups.poll(wake)
-        self.clock.now = target
-        self.groups.poll(target)
 
     def kind(self, group: str = "g") -> tuple[str, str]:
         return next((g.group_type, g.state) for g in self.groups.listed_groups() if g.group_id == group)
