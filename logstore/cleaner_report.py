@@ -58,7 +58,7 @@ def partition_rows(log_dir: str, default_policy: str = "delete") -> list[dict]:
     checkpoints = read_cleaner_checkpoints(log_dir)
     state = read_cleaner_state(log_dir)
     rows = []
-    for name in sorted(os.listdir(log_dir)):
+    for name in os.listdir(log_dir):
         key = partition_key(name)
         directory = os.path.join(log_dir, name)
         if key is None or not os.path.isdir(directory):
@@ -78,7 +78,7 @@ def partition_rows(log_dir: str, default_policy: str = "delete") -> list[dict]:
                            if "last_clean_ms" in last else None),
             "bytes_reclaimed": last.get("bytes_reclaimed"), "bytes_reclaimed_total": last.get("bytes_reclaimed_total"),
             "rounds": last.get("rounds", 0)})
-    return rows
+    return sorted(rows, key=lambda row: (row["topic"], row["partition"]))
 
 
 def run(paths: Sequence[str], *, default_policy: str = "delete", as_json: bool = False,

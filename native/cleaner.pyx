@@ -534,3 +534,28 @@ def empty_batch(int64_t offset):
     write_be32(h + 53, -1)
     _seal(h, HEADER_SIZE)
     return out
+
+
+def count_null_keys(buf, Py_ssize_t pos):
+    """How many records of the v2 batch at `pos` have no key (a compacted topic refuses them)."""
+    cdef _Batch batch = _Batch(buf, pos)
+    cdef RawRecord r
+    cdef ParseError e
+    cdef int32_t i
+    cdef int rc = 0
+    cdef Py_ssize_t nulls = 0, rpos = batch.start
+    cdef const unsigned char* p = batch.records
+    try:
+        with nogil:
+            for i in range(batch.count):
+                rc = _parse_record(p, rpos, batch.end, &r, &e)
+                if rc != 0:
+                    break
+                rpos = r.end
+                if r.key_pos < 0:
+                    nulls += 1
+        if rc != 0:
+            batch.raise_parse(&e)
+        return nulls
+    finally:
+        batch.release()

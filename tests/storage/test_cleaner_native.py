@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from logstore.errors import CorruptRecordError
-from logstore.native.cleaner import OffsetMap, empty_batch, filter_batch, key_digest
+from logstore.native.cleaner import OffsetMap, count_null_keys, empty_batch, filter_batch, key_digest
 from logstore.native.record_batch import decode_records, encode_batch, encode_control_batch, validate_batch
 
 KEYS = [b"", b"a", b"b", b"key-c", b"d" * 40]
@@ -201,3 +201,10 @@ def test_an_offset_holding_batch_is_a_valid_empty_batch():
     header = validate_batch(empty_batch(12_345), deep=True)
     assert (header.base_offset, header.last_offset, header.record_count) == (12_345, 12_345, 0)
     assert (header.producer_id, header.is_transactional, header.is_control) == (-1, False, False)
+
+
+@pytest.mark.parametrize("codec", [0, 3])
+def test_null_keys_are_counted_in_every_codec(codec):
+    batch = encode_batch([b"a", None, b"", None], [b"1", b"2", None, b"4"], timestamps=NOW, compression=codec)
+    assert count_null_keys(batch, 0) == 2
+    assert count_null_keys(encode_batch([b"k"], [None], timestamps=NOW), 0) == 0

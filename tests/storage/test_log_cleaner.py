@@ -89,3 +89,14 @@ def test_logstore_cleaner_shows_each_compacted_partition(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:3] == ["topic", "partition", "first_dirty"] and len(lines) == 3
     assert cli_main(["cleaner", str(tmp_path / "missing")]) == 2
+
+
+def test_logstore_cleaner_lists_partitions_in_numeric_order(tmp_path):
+    store = LogManager(str(tmp_path), broker_settings=SETTINGS)
+    try:
+        store.create_topic("table", 12, COMPACTED)
+    finally:
+        store.close()
+    out = io.StringIO()
+    assert report([str(tmp_path)], as_json=True, out=out) == 0
+    assert [row["partition"] for row in json.loads(out.getvalue())["partitions"]] == list(range(12))
