@@ -458,8 +458,9 @@ class CopierFleet:
         broker: the copiers' own events may lag behind, a stopped one's most of all)."""
         try:
             description = self._admin.describe_consumer_groups([self.group])[self.group].result(10)
-        except KafkaException:
-            return False  # the broker is restarting: ask again
+        except (KafkaException, TimeoutError):
+            # The broker is restarting, or its crash switch fired and it waits to be revived between asks.
+            return False
         members = {m.member_id for m in description.members}
         return description.state == ConsumerGroupState.STABLE and self.member[slot] not in members
 
