@@ -22,6 +22,11 @@ One round over a log (Kafka's Cleaner.doClean):
 4. Each group is swapped in by Kafka's renames (Log.replace_segments), and
    the checkpoint moves to the mapped end.
 
+Groups go by the segments' sizes before cleaning, so full segments are
+cleaned one per group and often leave small or empty ones. Kafka merges
+those at its next round; ours rewrites the groups they now form at once,
+with the same map and clock (which keep what the first pass kept).
+
 One deliberate difference from Kafka: when a group of several segments keeps
 nothing at or past its last segment's base, its output ends with an empty
 batch (no records, no producer) at that base. A `.swap` file's offset range
@@ -300,6 +305,7 @@ class Cleaner:
         config = target.config
         for group in group_by_size(segments, config.segment_bytes, config.segment_index_bytes, end):
             self._clean_group(target, group, tracker, last_of_producers, now, stats)
+        self._merge_small(target, end, last_of_producers, now)
         stats.end_offset = end
         stats.finished = time.time()
         return stats
@@ -351,6 +357,37 @@ class Cleaner:
         return end
 
     # -- rewriting ---------------------------------------------------------------------------
+
+    def _merge_small(self, target: Log, end: int, last_of_producers: Mapping[int, tuple[int | None, int]],
+                     now: int) -> None:
+        """Rewrite again the groups the round's output now forms, so that what it shrank is merged now
+        rather than at the next round (groups go by the sizes before cleaning, as in Kafka)."""
+        config = target.config
+        segments = [s for s in target.segments[:-1] if s.base_offset < end]
+        segments = covering(segments, target.log_start_offset, end) if segments else []
+        groups = group_by_size(segments, config.segment_bytes, config.segment_index_bytes, end)
+        if all(len(group) == 1 for group in groups):
+            return
+        # The same map and clock: what the round kept, this keeps. The tracker must see every batch in order.
+        tracker, scratch = TransactionTracker(), CleanerStats()
+        for group in groups:
+            if len(group) > 1:
+                self._clean_group(target, group, tracker, last_of_producers, now, scratch)
+            else:
+                self._track_segment(target, group[0], tracker)
+
+    def _track_segment(self, target: Log, segment: LogSegment, tracker: TransactionTracker) -> None:
+        """Show the tracker a segment left as it is."""
+        segments = target.segments
+        fmt = target.format
+        tracker.add_aborted(collect_aborted(segments, [s.base_offset for s in segments], segment.base_offset,
+                                            segment.read_next_offset()))
+        for _, buf in _read_spans(segment, 0, self._read_chunk):
+            for entry in fmt.iter_entries(buf):
+                if entry.magic == 2 and entry.is_control:
+                    tracker.on_marker(entry, fmt.read_marker(buf, entry.position).type_name)
+                elif entry.magic == 2:
+                    tracker.on_data(entry)
 
     def _clean_group(self, target: Log, group: list[LogSegment], tracker: TransactionTracker,
                      last_of_producers: Mapping[int, tuple[int | None, int]], now: int,
