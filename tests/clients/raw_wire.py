@@ -1,6 +1,7 @@
 """Kafka requests by hand on raw sockets: framing, headers, ApiVersions v0, and waiting for a close."""
 from __future__ import annotations
 
+import io
 import socket
 import struct
 
@@ -75,3 +76,21 @@ def api_versions_v0(s: socket.socket, correlation_id: int) -> dict[int, tuple[in
     return keys
 
 
+
+
+def kio_round_trip(broker, api_key: int, version: int, body, correlation_id: int):
+    """Send one kio request entity on its own connection; kio's decoding of the response body."""
+    from kio.index import load_request_schema, load_response_schema
+    from kio.serial import entity_reader, entity_writer
+    header_cls = load_request_schema(api_key, version).__header_schema__
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
+                                              correlation_id=correlation_id, client_id="raw"))
+    entity_writer(type(body))(out, body)
+    with connect(broker) as s:
+        s.sendall(framed(out.getvalue()))
+        frame = recv_frame(s)
+    response_cls = load_response_schema(api_key, version)
+    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
+    assert header.correlation_id == correlation_id
+    return entity_reader(response_cls)(frame, offset)[0]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import io
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -17,11 +16,10 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
                                    ResourceType)
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 
-from raw_wire import connect, framed, recv_frame
+from raw_wire import kio_round_trip
 
 TIMEOUT = 15.0  # s: a bound on any single wait
 ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 33, 44
@@ -237,19 +235,8 @@ def raw(broker, api_key: int, version: int, resources, validate_only: bool = Fal
     body = request_cls(resources=tuple(resource_cls(resource_type=t, resource_name=n,
                                                     configs=tuple(config(c) for c in configs))
                                        for t, n, configs in resources), validate_only=validate_only)
-    header_cls = request_cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(out, header_cls(request_api_key=api_key, request_api_version=version,
-                                              correlation_id=9, client_id="raw"))
-    entity_writer(request_cls)(out, body)
-    with connect(broker) as s:
-        s.sendall(framed(out.getvalue()))
-        frame = recv_frame(s)
-    response_cls = load_response_schema(api_key, version)
-    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-    assert header.correlation_id == 9
     return [(r.resource_type, r.resource_name, r.error_code, r.error_message)
-            for r in entity_reader(response_cls)(frame, offset)[0].responses]
+            for r in kio_round_trip(broker, api_key, version, body, 9).responses]
 
 
 @pytest.mark.parametrize("version", [0, 1, 2])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
-import io
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic as AioNewTopic
@@ -19,12 +18,11 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 
 from logstore.config import TOPIC_CONFIGS
-from raw_wire import connect, framed, recv_frame
+from raw_wire import kio_round_trip
 from segment_files import segment_paths
 
 TIMEOUT = 15.0  # s: a bound on any single wait
@@ -198,18 +196,7 @@ def raw_describe(broker, version: int, resources, **flags):
     body = request_cls(resources=tuple(resource_cls(resource_type=t, resource_name=n, configuration_keys=k)
                                        for t, n, k in resources),
                        **{k: v for k, v in flags.items() if k in known})
-    header_cls = request_cls.__header_schema__
-    out = io.BytesIO()
-    entity_writer(header_cls)(out, header_cls(request_api_key=DESCRIBE_CONFIGS, request_api_version=version,
-                                              correlation_id=7, client_id="raw"))
-    entity_writer(request_cls)(out, body)
-    with connect(broker) as s:
-        s.sendall(framed(out.getvalue()))
-        frame = recv_frame(s)
-    response_cls = load_response_schema(DESCRIBE_CONFIGS, version)
-    header, offset = entity_reader(response_cls.__header_schema__)(frame, 0)
-    assert header.correlation_id == 7
-    return entity_reader(response_cls)(frame, offset)[0]
+    return kio_round_trip(broker, DESCRIBE_CONFIGS, version, body, 7)
 
 
 @pytest.mark.parametrize("version", [1, 2, 3, 4])
