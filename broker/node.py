@@ -24,9 +24,12 @@ from typing import Any, Callable, Protocol
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
-from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
+from logstore.broker.coordinator.transaction import (INTERNAL_TOPICS, OFFSETS_TOPIC, TXN_STATE_TOPIC,
+                                                     TransactionCoordinator, TxnConfig)
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.checkpoints import write_atomically
+from logstore.config import INTERNAL_TOPIC_CONFIGS
+from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from logstore.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -70,9 +73,11 @@ class Node:
         self.node_id = config["node.id"]
         settings = {k: v for k, v in config.settings.items() if "." in k}
         # Opening the store takes the directory's lock: nothing below runs for a second process.
-        self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings)
+        self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings,
+                                topic_defaults=_internal_topic_defaults(config.settings))
         try:
             self.cluster_id = cluster_id(config.log_dirs[0], self.node_id)
+            self._complete_topics()
             self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
             self._on_appended = on_appended or (lambda: None)
             self._wake = threading.Condition()
@@ -88,6 +93,7 @@ class Node:
             loaded = self.transactions.load()
             if loaded:
                 log.info("transaction coordinator loaded %d transactional ids", loaded)
+            self._raise_producer_id_floor()
             # Before loading: a loaded group with members sets session timers, which wake the upkeep.
             self.groups = GroupCoordinator(self.store, self.transactions, GroupConfig.from_settings(config.settings),
                                            on_timer=self.wake)
@@ -100,6 +106,35 @@ class Node:
             self.store.close()
             raise
         self._upkeep = threading.Thread(target=self._run_upkeep, name="logstore-upkeep", daemon=True)
+
+    def _complete_topics(self) -> None:
+        """Create empty the partitions a copied directory lacks, up to the count Kafka gave each topic.
+
+        The count is the metadata log's where it knows the topic; for the
+        internal topics it is at least the broker's setting, since a group or
+        transactional id is found by hashing over it.
+        """
+        metadata = self.store.kafka_metadata
+        wanted = {OFFSETS_TOPIC: self.config["offsets.topic.num.partitions"],
+                  TXN_STATE_TOPIC: self.config["transaction.state.log.num.partitions"]}
+        for topic, count in self.store.topics().items():
+            known = metadata.topics.get(topic) if metadata is not None else None
+            total = max(count, known.partitions if known is not None else wanted.get(topic, count))
+            made = self.store.complete_partitions(topic, total)
+            if made and topic in wanted:
+                log.info("%s: created the %d partitions missing from the log dir", topic, len(made))
+            elif made:
+                log.warning("topic %s: partitions %s are not in the log dir (a copy of one broker of a "
+                            "cluster?); they start empty", topic, ",".join(map(str, made)))
+
+    def _raise_producer_id_floor(self) -> None:
+        """Hand out no producer id that the directory already holds (Kafka's ids, or ours before a lost file)."""
+        metadata = self.store.kafka_metadata
+        highest = max(self.store.max_producer_id(scan_segments=not self.producer_ids.persisted),
+                      self.transactions.highest_loaded_producer_id,
+                      metadata.cluster.next_producer_id - 1
+                      if metadata is not None and metadata.cluster.next_producer_id is not None else -1)
+        self.producer_ids.reserve_through(highest)
 
     def start(self) -> "Node":
         """Start the upkeep thread; returns the node."""
@@ -132,6 +167,22 @@ class Node:
         with self._wake:
             self._woken = True
             self._wake.notify()
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic: every group's offsets of it first (Kafka's tombstones), then its directories.
+
+        In that order, so a topic made again with the name never finds old
+        offsets, even after a crash between the two.
+        """
+        if name not in self.store.topics():
+            raise UnknownTopicOrPartitionError(f"no topic {name!r}")
+        if name in INTERNAL_TOPICS:
+            # The coordinators' state lives there: deleting it would forget every transaction.
+            raise InvalidRequestError(f"{name} is an internal topic; it cannot be deleted")
+        removed = self.groups.delete_topic_offsets(name)
+        if removed:
+            log.info("topic %s: removed %d committed offsets", name, removed)
+        self.store.delete_topic(name)
 
     # -- upkeep ------------------------------------------------------------------------------
 
@@ -202,6 +253,14 @@ class Node:
         if self._upkeep.is_alive() and self._upkeep is not threading.current_thread():
             self._upkeep.join()
         self.store.close()
+
+
+def _internal_topic_defaults(settings) -> dict[str, dict[str, Any]]:
+    """Kafka's configs of the internal topics, with this broker's segment sizes for them."""
+    segment_bytes = {OFFSETS_TOPIC: settings["offsets.topic.segment.bytes"],
+                     TXN_STATE_TOPIC: settings["transaction.state.log.segment.bytes"]}
+    return {topic: {**configs, "segment.bytes": segment_bytes[topic]}
+            for topic, configs in INTERNAL_TOPIC_CONFIGS.items()}
 
 
 def _logged(items, message: str):

@@ -2,7 +2,8 @@
 
 Kafka's controller gives brokers blocks of 1000 ids; here the block's end is
 written (atomically, fsynced) before any id of the block is handed out, so a
-restart continues after the last block ever started.
+restart continues after the last block ever started. A directory Kafka wrote
+has no such file: the node raises the floor above every id found there first.
 """
 from __future__ import annotations
 
@@ -26,7 +27,19 @@ class ProducerIdAllocator:
                 self._next = int(f.read().strip() or 0)
         except FileNotFoundError:
             self._next = 0
+            self.persisted = False
+        else:
+            self.persisted = True
         self._block_end = self._next
+
+    def reserve_through(self, producer_id: int) -> None:
+        """Never hand out `producer_id` or any id below it (ids already in the directory); persisted at once."""
+        with self._lock:
+            if producer_id >= self._next or not self.persisted:
+                self._next = max(self._next, producer_id + 1)
+                write_atomically(self.path, f"{self._next}\n".encode("ascii"))
+                self._block_end = self._next
+                self.persisted = True
 
     def allocate(self) -> int:
         """A producer id no one has had."""

@@ -48,6 +48,14 @@ LIST_CONFIGS = frozenset({"cleanup.policy"})
 # Kafka's INT configs (32-bit); every other whole-number config is a LONG.
 INT_CONFIGS = frozenset({"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes"})
 
+# Kafka creates its internal topics with these overrides and keeps them in its metadata (ZooKeeper or
+# `__cluster_metadata`), not beside the partitions: a store opened on a directory Kafka wrote must still
+# compact them, or retention would delete committed offsets and transaction state.
+INTERNAL_TOPIC_CONFIGS: dict[str, dict[str, Any]] = {
+    "__consumer_offsets": {"cleanup.policy": "compact", "segment.bytes": 104_857_600},
+    "__transaction_state": {"cleanup.policy": "compact", "segment.bytes": 104_857_600},
+}
+
 
 @dataclass(frozen=True)
 class LogConfig:

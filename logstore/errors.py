@@ -144,6 +144,12 @@ class RecordTooLargeError(CorruptRecordError):
     error_name = "MESSAGE_TOO_LARGE"
 
 
+class RecordBatchTooLargeError(CorruptRecordError):
+    """A batch larger than the partition's segment.bytes: it could never fit in a segment."""
+
+    error_name = "RECORD_LIST_TOO_LARGE"
+
+
 class StorageError(LogStoreError):
     """A log that cannot be read or written as asked (a file, an index, a closed log)."""
 

@@ -22,7 +22,7 @@ from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
 from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
-from logstore.errors import OffsetOutOfRangeError, RecordTooLargeError, StorageError
+from logstore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
 from logstore.formats import DEFAULT_FORMAT
 from logstore.index import AbortedTxn, sync_file
 from logstore.crash_points import crash_point
@@ -217,6 +217,16 @@ class Log:
     def _segment_index(self, offset: int, bases: list[int]) -> int:
         return max(bisect.bisect_right(bases, offset) - 1, 0)
 
+    def max_producer_id(self, *, scan_segments: bool = False) -> int:
+        """The highest producer id in the producer state (with `scan_segments`, in any batch too), -1 for none."""
+        highest = max(self.producers.entries(), default=-1)
+        if scan_segments:
+            with self._lock:
+                for segment in self._segments:
+                    for batch in segment.iter_bounds(peek=self.format.peek_producer_batch):
+                        highest = max(highest, batch.producer_id)
+        return highest
+
     # -- appends -------------------------------------------------------------------------
 
     def append(self, records, *, leader_epoch: int = 0, client: bool = True, durable: bool = False) -> AppendResult:
@@ -234,7 +244,8 @@ class Log:
             self.format.require_keys(buf, info, f"{self.topic}-{self.partition}")
         for header in info.batches:
             if header.size_in_bytes > config.segment_bytes:
-                raise RecordTooLargeError(
+                # Kafka's code 18, apart from max.message.bytes' MESSAGE_TOO_LARGE: no segment could hold it.
+                raise RecordBatchTooLargeError(
                     f"batch of {header.size_in_bytes} bytes is larger than segment.bytes {config.segment_bytes}",
                     header.position)
         self._group.begin_write()

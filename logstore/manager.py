@@ -8,6 +8,9 @@ then the marker. Topic names follow Kafka's rule, which also keeps every
 path inside the data directory.
 
 Topic config overrides persist in `topic-configs` (see `logstore.topics`).
+A directory Kafka wrote is opened as Kafka left it: `__cluster_metadata-0`
+is read, never loaded as a partition (see `logstore.kafka_metadata`), and
+Kafka's internal topics keep their compaction without any override on disk.
 """
 from __future__ import annotations
 
@@ -35,7 +38,7 @@ from logstore.checkpoints import (
     write_clean_shutdown_marker,
     write_partition_metadata,
 )
-from logstore.config import TOPIC_CONFIGS, LogConfig
+from logstore.config import INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from logstore.dir_lock import DirLock
 from logstore.errors import (
     InvalidConfigError,
@@ -46,6 +49,9 @@ from logstore.errors import (
     UnknownTopicOrPartitionError,
 )
 from logstore.formats import DEFAULT_FORMAT
+from logstore.kafka_metadata import (METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata,
+                                     record_applied)
+from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
 from logstore.log import Log, parse_partition_dir
 from logstore.log_cleaner import CLEANER_DEFAULTS, LogCleaner
 from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topic_configs, topic_level,
@@ -93,14 +99,16 @@ class TopicInfo:
 class LogManager:
     """The partitions of one store: open, create, delete, checkpoint, retain, close.
 
-    A topic's config is the default config, then the overrides it was created
+    A topic's config is the default config, then its entry in `topic_defaults`
+    (Kafka's internal topics' unless given), then the overrides it was created
     with (kept in `topic-configs`), then `topic_configs` given to this opener
     (for this run only, not written).
     """
 
     def __init__(self, log_dirs: str | Iterable[str], config: Mapping[str, Any] | LogConfig | None = None, *,
                  topic_configs: Mapping[str, Mapping[str, Any]] | None = None, fmt=DEFAULT_FORMAT,
-                 broker_settings: Mapping[str, Any] | None = None, start_scheduler: bool = True):
+                 broker_settings: Mapping[str, Any] | None = None, start_scheduler: bool = True,
+                 topic_defaults: Mapping[str, Mapping[str, Any]] | None = None):
         self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
         if not self.log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -108,6 +116,10 @@ class LogManager:
         self.settings = {**SCHEDULE_DEFAULTS, **CLEANER_DEFAULTS, **(broker_settings or {})}
         self.format = fmt
         self._given_overrides = {t: topic_level(c, self.default_config) for t, c in (topic_configs or {}).items()}
+        defaults = INTERNAL_TOPIC_CONFIGS if topic_defaults is None else topic_defaults
+        self._topic_bases = {t: self.default_config.with_overrides(c) for t, c in defaults.items()}
+        # What the directory's `__cluster_metadata` says of the topics on disk (None: no metadata log).
+        self.kafka_metadata: KafkaMetadata | None = None
         self._stored_overrides: dict[str, dict[str, Any]] = {}
         self._config_generation = 0
         self._logs: dict[tuple[str, int], Log] = {}
@@ -153,10 +165,14 @@ class LogManager:
                     shutil.rmtree(path, ignore_errors=True)
                     continue
                 key = partition_key(name)
-                if key is None:
+                # Kafka's metadata log is read, not served: its retention is by snapshot, not by config.
+                if key is None or key[0] == METADATA_TOPIC:
                     continue
                 jobs.append((log_dir, path, key, clean, recovery.get(key, 0), starts.get(key, 0)))
         self._load_topic_configs({job[2][0] for job in jobs})
+        self.kafka_metadata = read_kafka_metadata(self.log_dirs, {job[2][0]: job[1] for job in jobs})
+        if self.kafka_metadata is not None:
+            self._apply_kafka_metadata(self.kafka_metadata)
         total = len(jobs)
         done = 0
         workers = max(1, int(self.settings["num.recovery.threads.per.data.dir"]) * len(self.log_dirs))
@@ -174,9 +190,19 @@ class LogManager:
                 for opened in self._logs.values():
                     opened.close()
                 raise
+        self._name_topics_without_ids()
         for log_dir in self.log_dirs:
             remove_clean_shutdown_marker(log_dir)
         log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
+
+    def _name_topics_without_ids(self) -> None:
+        # Kafka before 2.8 wrote no partition.metadata. The metadata log's id wins; otherwise one derived
+        # from the name stays the same across restarts without writing a file Kafka would check.
+        known = self.kafka_metadata.topics if self.kafka_metadata is not None else {}
+        for topic in {name for name, _ in self._logs}:
+            if topic not in self._topic_ids:
+                self._topic_ids[topic] = (known[topic].topic_id if topic in known
+                                          else uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{topic}").bytes)
 
     def _load_topic_configs(self, present: set[str]) -> None:
         generation, stored = 0, {}
@@ -194,6 +220,19 @@ class LogManager:
         kept = {t: o for t, o in stored.items() if t in present}
         if kept != stored:
             self._store_topic_configs(kept)
+
+    def _apply_kafka_metadata(self, metadata: KafkaMetadata) -> None:
+        # Once per state of the metadata log: an override changed here since is not brought back.
+        if applied_state(self.log_dirs[0]) == metadata.state:
+            return
+        imported = {t: topic_level(c, self._base_config(t))
+                    for t, c in kafka_topic_overrides(metadata, self.default_config).items()}
+        merged = {**self._stored_overrides, **imported}
+        if merged != self._stored_overrides:
+            self._store_topic_configs(merged)
+        record_applied(self.log_dirs, metadata)
+        if imported:
+            log.info("topic configs of %d topics taken from %s", len(imported), METADATA_TOPIC)
 
     def _store_topic_configs(self, topics: dict[str, dict[str, Any]]) -> None:
         # Raised before writing: a generation half-written by a failed write is never reused.
@@ -226,7 +265,10 @@ class LogManager:
 
     def config_for(self, topic: str) -> LogConfig:
         """The default config with the topic's overrides."""
-        return self.default_config.with_overrides(self.topic_overrides(topic))
+        return self._base_config(topic).with_overrides(self.topic_overrides(topic))
+
+    def _base_config(self, topic: str) -> LogConfig:
+        return self._topic_bases.get(topic, self.default_config)
 
     def topic_overrides(self, topic: str) -> dict[str, Any]:
         """The settings `topic` sets itself, under topic-level Kafka names ({} for none or an unknown topic)."""
@@ -257,7 +299,7 @@ class LogManager:
                     stored[name] = value
             stored = topic_level(stored, self.default_config)
             given = {n: v for n, v in self._given_overrides.get(topic, {}).items() if n not in overrides}
-            config = self.default_config.with_overrides({**stored, **given})
+            config = self._base_config(topic).with_overrides({**stored, **given})
             # Kafka checks the values before the topic exists (ConfigurationControlManager).
             if topic not in self.topics():
                 raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.")
@@ -293,7 +335,7 @@ class LogManager:
             if name in self.topics():
                 raise TopicExistsError(f"topic {name!r} already exists")
             overrides = topic_level(config or {}, self.default_config)
-            topic_config = self.default_config.with_overrides(overrides)
+            topic_config = self._base_config(name).with_overrides(overrides)
             # Written before the directories, so no directory of the topic is ever seen without its config.
             if overrides or name in self._stored_overrides:
                 stored = {t: o for t, o in self._stored_overrides.items() if t != name}
@@ -304,7 +346,7 @@ class LogManager:
             self._add_partitions(name, range(partitions), topic_id, topic_config)
             return TopicInfo(name, topic_id, partitions, topic_config)
 
-    def _add_partitions(self, name: str, partitions: range, topic_id: bytes, config: LogConfig) -> None:
+    def _add_partitions(self, name: str, partitions: Iterable[int], topic_id: bytes, config: LogConfig) -> None:
         # Published together: `topics()` reads without the lock, and a partial partition count
         # would send keys hashed over it (group and transactional ids) to the wrong partition.
         opened = {}
@@ -323,6 +365,29 @@ class LogManager:
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} is not more")
             self._add_partitions(name, range(current, total), self._topic_ids[name], self.config_for(name))
+
+    def complete_partitions(self, name: str, total: int) -> list[int]:
+        """Create empty the partitions of `name` below `total` that are missing; returns them.
+
+        A log dir copied from one broker of a cluster holds only the
+        partitions that broker had; one node serving the topic needs them all.
+        """
+        with self._lock:
+            self._check_open()
+            present = {p for t, p in self._logs if t == name}
+            missing = [p for p in range(total) if p not in present]
+            if missing:
+                self._add_partitions(name, missing, self.topic_id(name), self.config_for(name))
+            return missing
+
+    def max_producer_id(self, *, scan_segments: bool = False) -> int:
+        """The highest producer id any partition's producer state holds, -1 for none.
+
+        `scan_segments` also reads every batch header: producers expired from
+        the state (as an old directory's all are) still have ids in the log.
+        """
+        return max((opened.max_producer_id(scan_segments=scan_segments) for opened in list(self._logs.values())),
+                   default=-1)
 
     def _least_loaded_dir(self, opening: Mapping[Any, Log] | None = None) -> str:
         counts = {d: 0 for d in self.log_dirs}

@@ -21,7 +21,8 @@ async def handle(request, body):
             error = ErrorCode.topic_deletion_disabled
         else:
             try:
-                broker.delete_topic(name)
+                # Off the event loop: the offsets' tombstones wait for their fsync.
+                await broker.coordinate(broker.delete_topic, name)
             except LogStoreError as exc:
                 error = ErrorCode(exc.code)
         results.append(build(response_type(KEY, request.version, "DeletableTopicResult"), name=name,

@@ -303,6 +303,28 @@ class GroupOffsets:
         self._finish(fx)
         return errors
 
+    def delete_topic_offsets(self, topic: str) -> int:
+        """A topic is being deleted: every group forgets its offsets of it, pending transactional ones too,
+        and an empty group left with nothing goes (Kafka's onPartitionsDeleted); how many offsets went."""
+        fx = Effects()
+        removed = 0
+        with self._lock:
+            for group in list(self._groups.values()):
+                for pending in group.pending_txn_offsets.values():
+                    for tp in [tp for tp in pending if tp[0] == topic]:
+                        del pending[tp]
+                gone = [tp for tp in group.offsets if tp[0] == topic]
+                try:
+                    self._delete_offsets(fx, group, gone)
+                    if gone and group.is_in(GroupState.EMPTY) and group.is_empty and not group.offsets \
+                            and not any(group.pending_txn_offsets.values()):
+                        self._remove_group(fx, group)
+                except LogStoreError as exc:
+                    raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {exc}") from exc
+                removed += len(gone)
+        self._finish(fx)
+        return removed
+
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, LogStoreError | None]:
         """DeleteGroups: remove empty groups and their offsets; an error or None for each."""
         fx = Effects()

@@ -136,6 +136,8 @@ class TransactionCoordinator:
         self._created: set[str] = set()
         self._txns: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, str] = {}
+        # The highest producer id any loaded record names (current, previous or next): none may be handed out again.
+        self.highest_loaded_producer_id = -1
 
     # -- internal topics -----------------------------------------------------------------
 
@@ -186,6 +188,7 @@ class TransactionCoordinator:
         """
         partitions = self.store.topics().get(TXN_STATE_TOPIC, 0)
         txns: dict[str, TxnMetadata] = {}
+        highest = -1
         for p in range(partitions):
             for record in self.store.log(TXN_STATE_TOPIC, p).iter_records():
                 try:
@@ -195,12 +198,15 @@ class TransactionCoordinator:
                     if record.value is None:
                         txns.pop(transactional_id, None)
                     else:
-                        txns[transactional_id] = TxnMetadata.from_log(transactional_id, decode_value(record.value))
+                        value = decode_value(record.value)
+                        highest = max(highest, value.producer_id, value.previous_producer_id, value.next_producer_id)
+                        txns[transactional_id] = TxnMetadata.from_log(transactional_id, value)
                 except CorruptRecordError as exc:
                     raise StorageError(f"{TXN_STATE_TOPIC}-{p} offset {record.offset}: {exc}") from exc
         with self._lock:
             self._txns = txns
             self._by_producer = {m.producer_id: t for t, m in txns.items()}
+            self.highest_loaded_producer_id = highest
         return len(txns)
 
     # -- persisting transitions ------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 import logstore.formats.kafka as K
 from logstore.config import LogConfig
-from logstore.errors import InvalidRecordError, OffsetOutOfRangeError, RecordTooLargeError
+from logstore.errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
 from logstore.log import Log
 
 TS = 1_700_000_000_000
@@ -142,8 +142,14 @@ def test_bad_appends_change_nothing(small):
     control = K.encode_control_batch(True, 0, 5, 0, TS)
     with pytest.raises(InvalidRecordError):
         small.append(control)
-    with pytest.raises(RecordTooLargeError):
+    # Larger than segment.bytes (1000) is Kafka's RECORD_LIST_TOO_LARGE (18); max.message.bytes' is code 10.
+    with pytest.raises(RecordBatchTooLargeError) as refused:
         small.append(K.encode_batch([None], [b"x" * 2000]))
+    assert refused.value.code == 18
+    small.config = small.config.with_overrides({"max.message.bytes": 500})
+    with pytest.raises(RecordTooLargeError) as refused:
+        small.append(K.encode_batch([None], [b"x" * 600]))
+    assert refused.value.code == 10 and not isinstance(refused.value, RecordBatchTooLargeError)
     assert small.log_end_offset == 1 and small.active_segment.size == small.read(0).size
     assert small.append(control, client=False).first_offset == 1
 
