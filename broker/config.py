@@ -1,27 +1,50 @@
-"""Broker settings under Kafka's names, from a server.properties file and overrides.
+"""Broker settings under Kafka's names: defaults, then a server.properties file, the environment, overrides.
 
 Log settings (`log.segment.bytes`, `log.retention.ms`, `message.max.bytes`,
 ...) go to the store as Kafka's broker-level defaults of topic configs; the
-rest configure the broker itself. An unknown name is refused, so a typo does
-not pass for a setting.
+rest configure the broker itself. Kafka settings that mean nothing on one
+node (replication, the controller quorum, ZooKeeper, thread counts, socket
+buffers: `config_sources.means_nothing_here`) are accepted and named in one
+warning, so Kafka's stock files start a broker; any other unknown name is
+refused with the closest known one, so a typo does not pass for a setting.
+Every refusal names the setting, the value, what is allowed and where the
+value came from (a file line, a variable, `--override`).
+
+Which entry of `listeners` is served, and what is advertised, is
+`listeners.py`.
 """
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
-from urllib.parse import urlsplit
 
-from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
+from logstore.broker.config_sources import (
+    SINGLE_NODE_NAMES,
+    ConfigEntry,
+    closest_name,
+    means_nothing_here,
+    read_environment,
+    read_overrides,
+    read_properties_file,
+)
+from logstore.broker.listeners import (DEFAULT_PROTOCOL_MAP, Listener, ListenerConfigError, advertised_listener,
+                                       controller_names, served_listener)
+from logstore.config import (BROKER_NAMES, HOURS_ALIASES, INT_MAX, LONG_MAX, TOPIC_CONFIGS, LogConfig, _as_float,
+                             _as_int, _refused)
 from logstore.errors import InvalidConfigError
 from logstore.log_cleaner import CLEANER_DEFAULTS
 from logstore.manager import SCHEDULE_DEFAULTS
+
+__all__ = ["ALIASES", "BROKER_SETTINGS", "BrokerConfig", "Listener"]
 
 # name → (default, parser)
 BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "node.id": (1, int),
     "listeners": ("PLAINTEXT://127.0.0.1:9092", str),
     "advertised.listeners": ("", str),
+    "controller.listener.names": ("", str),
+    "listener.security.protocol.map": (DEFAULT_PROTOCOL_MAP, str),
     "log.dirs": ("./data", str),
     "num.partitions": (1, int),
     "default.replication.factor": (1, int),
@@ -68,86 +91,113 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     **{name: (default, type(default)) for name, default in CLEANER_DEFAULTS.items()},
 }
 ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs"}
+# Kafka's LONG settings among the whole numbers above; the others are INT (32-bit).
+LONG_SETTINGS = frozenset({"connections.max.idle.ms", "offsets.retention.check.interval.ms",
+                           "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
+                           "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms"})
+# Kafka's ConfigDef lower bounds (atLeast) of the whole numbers above that have one.
+AT_LEAST = {
+    "node.id": 0, "num.partitions": 1, "socket.request.max.bytes": 1, "transaction.max.timeout.ms": 1,
+    "transaction.state.log.num.partitions": 1, "transaction.state.log.segment.bytes": 1,
+    "transactional.id.expiration.ms": 1, "transaction.abort.timed.out.transaction.cleanup.interval.ms": 1,
+    "transaction.remove.expired.transaction.cleanup.interval.ms": 1, "offsets.topic.num.partitions": 1,
+    "offsets.topic.segment.bytes": 1, "offsets.retention.minutes": 1, "offsets.retention.check.interval.ms": 1,
+    "group.max.size": 1, "group.consumer.max.size": 1, "log.retention.check.interval.ms": 1,
+    "num.recovery.threads.per.data.dir": 1, "log.cleaner.threads": 0, "logstore.max.replication.factor": 1,
+}
 
 
 def _parse(name: str, kind: type, value: Any) -> Any:
+    """A value of `kind`, refused in Kafka's words (ConfigException) if it is not one."""
     if kind is bool:
         if isinstance(value, bool):
             return value
         text = str(value).strip().lower()
         if text not in ("true", "false"):
-            raise InvalidConfigError(f"{name} must be true or false, got {value!r}")
+            raise _refused(name, value, "Expected value to be either true or false")
         return text == "true"
-    try:
-        return kind(value)
-    except (TypeError, ValueError):
-        raise InvalidConfigError(f"{name} must be {kind.__name__}, got {value!r}") from None
-
-
-@dataclass
-class Listener:
-    """One `NAME://host:port` entry."""
-
-    name: str
-    host: str
-    port: int
-
-
-def parse_listeners(text: str) -> list[Listener]:
-    """Kafka's `listeners` syntax: comma-separated `NAME://host:port`."""
-    found = []
-    for item in filter(None, (s.strip() for s in text.split(","))):
-        parts = urlsplit(item)
-        if not parts.scheme or parts.port is None:
-            raise InvalidConfigError(f"listener {item!r} is not NAME://host:port")
-        found.append(Listener(parts.scheme.upper(), parts.hostname or "", parts.port))
-    if not found:
-        raise InvalidConfigError("listeners is empty")
-    return found
+    if kind is int:
+        number = _as_int(name, value, LONG_MAX if name in LONG_SETTINGS else INT_MAX)
+        if name in AT_LEAST and number < AT_LEAST[name]:
+            raise _refused(name, value, f"Value must be at least {AT_LEAST[name]}")
+        return number
+    if kind is float:
+        return _as_float(name, value)
+    return str(value).strip()
 
 
 @dataclass
 class BrokerConfig:
-    """Every broker setting, Kafka-named, and the log settings for the store."""
+    """Every broker setting, Kafka-named, the log settings for the store, and where each came from.
+
+    Built once, checked whole (`from_entries`), then only read: the broker, the node and the
+    handlers share one without locks. Durations are in the unit their name says (ms, minutes).
+    """
 
     settings: dict[str, Any] = field(default_factory=dict)
     log_properties: dict[str, Any] = field(default_factory=dict)
     given: frozenset[str] = frozenset()
-    """The broker settings named in the properties or overrides (DescribeConfigs calls them static)."""
+    """The broker settings given by a file, the environment, overrides or code (DescribeConfigs: static)."""
+    origins: dict[str, str] = field(default_factory=dict)
+    """Where each given setting came from ("server.properties line 12", "environment KAFKA_LOG_DIRS", ...)."""
+    ignored: tuple[ConfigEntry, ...] = ()
+    """Kafka settings accepted but meaningless on one node (replication, quorum, threads...)."""
+    unknown_environment: tuple[ConfigEntry, ...] = ()
+    """KAFKA_/LOGSTORE_ variables that name no setting (the environment is shared: not refused)."""
+    listener: Listener = field(default_factory=lambda: Listener("PLAINTEXT", "127.0.0.1", 9092))
+    """The listener the broker binds."""
+    unopened: tuple[Listener, ...] = ()
+    """Entries of `listeners` not opened: controller listeners, and every broker listener after the first."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> "BrokerConfig":
-        """Defaults overridden by `props` (Kafka names); unknown names are refused."""
-        settings = {name: default for name, (default, _) in BROKER_SETTINGS.items()}
-        log_properties: dict[str, Any] = {}
-        given = set()
-        for name, value in (props or {}).items():
-            name = ALIASES.get(name, name)
-            if name in BROKER_SETTINGS:
-                settings[name] = _parse(name, BROKER_SETTINGS[name][1], value)
-                given.add(name)
-            elif name in BROKER_NAMES or name in HOURS_ALIASES or name in TOPIC_CONFIGS:
-                log_properties[name] = value
-            else:
-                raise InvalidConfigError(f"unknown broker config {name!r}")
-        config = cls(settings, log_properties, frozenset(given))
-        config.log_config  # checked now, not at the first topic
-        parse_listeners(settings["listeners"])
-        return config
+        """Defaults overridden by `props` (Kafka names, as code gives them); unknown names are refused."""
+        return cls.from_entries(ConfigEntry(name, value, "") for name, value in (props or {}).items())
 
     @classmethod
-    def load(cls, path: str | None = None, overrides: Iterable[str] = ()) -> "BrokerConfig":
-        """A server.properties file (if any) then `key=value` overrides, as `kafka-server-start.sh` takes them."""
-        props: dict[str, str] = {}
-        if path is not None:
-            with open(path, encoding="utf-8") as f:
-                props.update(read_properties(f.read()))
-        for item in overrides:
-            key, sep, value = item.partition("=")
-            if not sep:
-                raise InvalidConfigError(f"override {item!r} is not key=value")
-            props[key.strip()] = value.strip()
-        return cls.from_properties(props)
+    def load(cls, path: str | None = None, overrides: Iterable[str] = (),
+             environ: Mapping[str, str] | None = None) -> "BrokerConfig":
+        """A server.properties file (if any), then the environment (if given), then `key=value` overrides."""
+        entries = read_properties_file(path) if path is not None else []
+        entries += read_environment(environ) if environ is not None else []
+        entries += read_overrides(overrides)
+        return cls.from_entries(entries)
+
+    @classmethod
+    def from_entries(cls, entries: Iterable[ConfigEntry]) -> "BrokerConfig":
+        """Defaults overridden by `entries` in order (a later one for the same setting wins)."""
+        merged: dict[str, ConfigEntry] = {}
+        for entry in entries:
+            merged[ALIASES.get(entry.name, entry.name)] = entry
+        settings = {name: default for name, (default, _) in BROKER_SETTINGS.items()}
+        log_properties: dict[str, Any] = {}
+        ignored, unknown_environment = [], []
+        for name, entry in merged.items():
+            if name in BROKER_SETTINGS:
+                settings[name] = _located(entry, _parse, name, BROKER_SETTINGS[name][1], entry.value)
+            elif name in BROKER_NAMES or name in HOURS_ALIASES or name in TOPIC_CONFIGS:
+                _located(entry, LogConfig.from_properties, {name: entry.value})
+                log_properties[name] = entry.value
+            elif means_nothing_here(name):
+                ignored.append(entry)
+            elif entry.from_environment:
+                unknown_environment.append(entry)
+            else:
+                raise InvalidConfigError(_unknown(entry))
+        given = frozenset(name for name in merged if name in BROKER_SETTINGS)
+        config = cls(settings, log_properties, given, {name: merged[name].origin for name in merged},
+                     tuple(ignored), tuple(unknown_environment))
+        config.log_config  # checked now (across values too), not at the first topic
+        if not config.log_dirs:
+            raise InvalidConfigError(config._where("log.dirs", f"Invalid value '{config['log.dirs']}' for "
+                                                   "configuration log.dirs: at least one directory is needed"))
+        try:
+            config.listener, config.unopened = served_listener(
+                settings["listeners"], settings["controller.listener.names"], settings["listener.security.protocol.map"])
+            config.advertised  # checked now
+        except ListenerConfigError as exc:
+            raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
+        return config
 
     def __getitem__(self, name: str) -> Any:
         return self.settings[name]
@@ -163,31 +213,66 @@ class BrokerConfig:
         return [os.path.abspath(d.strip()) for d in self.settings["log.dirs"].split(",") if d.strip()]
 
     @property
-    def listener(self) -> Listener:
-        """The listener the broker binds (the first of `listeners`)."""
-        return parse_listeners(self.settings["listeners"])[0]
-
-    @property
     def advertised(self) -> Listener:
-        """What Metadata tells clients to connect to."""
-        text = self.settings["advertised.listeners"] or self.settings["listeners"]
-        listener = parse_listeners(text)[0]
-        if listener.host in ("", "0.0.0.0", "::"):
-            listener.host = "127.0.0.1"
-        return listener
+        """What Metadata tells clients to connect to: the advertised entry of the served listener's name."""
+        return advertised_listener(self.listener, self.settings["advertised.listeners"])
+
+    def warnings(self) -> list[str]:
+        """What the broker logs as warnings at start: ignored settings, unopened listeners, stray variables."""
+        lines = []
+        if self.ignored:
+            lines.append(f"ignoring {len(self.ignored)} Kafka settings that mean nothing on a single-node broker "
+                         f"(replication, controller quorum, ZooKeeper, threads, socket buffers): "
+                         f"{', '.join(sorted(e.name for e in self.ignored))}")
+        controllers = controller_names(self["controller.listener.names"])
+        for listener in self.unopened:
+            why = ("a controller listener (controller.listener.names): this broker has no controller quorum"
+                   if listener.name in controllers else f"this broker serves one listener, {self.listener}")
+            lines.append(f"not listening on {listener} from listeners: {why}")
+        if self.unknown_environment:
+            names = []
+            for entry in self.unknown_environment:
+                near = closest_name(entry.name, _known_names())
+                names.append(f"{entry.origin.split()[-1]} ({entry.name}{f'; did you mean {near}?' if near else ''})")
+            lines.append(f"ignoring environment variables that name no broker setting: {', '.join(names)}")
+        return lines
+
+    def values(self) -> list[tuple[str, str]]:
+        """(name, value) of every setting the broker runs with, sorted: the broker settings, then the log
+        defaults under their broker-level names (Kafka's `KafkaConfig values:` block)."""
+        rows = {name: _text(value) for name, value in self.settings.items()}
+        effective = self.log_config.to_properties()
+        rows.update((broker, _text(effective[topic])) for broker, topic in BROKER_NAMES.items())
+        rows.update((name, _text(value)) for name, value in self.log_properties.items() if name in HOURS_ALIASES)
+        return sorted(rows.items())
+
+    # -- helpers -----------------------------------------------------------------------------------
+
+    def _where(self, name: str, message: str) -> str:
+        origin = self.origins.get(name)
+        return f"{message} (from {origin})" if origin else message
 
 
-def read_properties(text: str) -> dict[str, str]:
-    """Java .properties lines: `key=value` or `key: value`, `#`/`!` comments, no continuations needed here."""
-    props = {}
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line or line[0] in "#!":
-            continue
-        for i, ch in enumerate(line):
-            if ch in "=:":
-                props[line[:i].strip()] = line[i + 1:].strip()
-                break
-        else:
-            props[line] = ""
-    return props
+def _located(entry: ConfigEntry, check, *args):
+    """`check(*args)`, with a refusal naming where `entry` came from."""
+    try:
+        return check(*args)
+    except InvalidConfigError as exc:
+        raise InvalidConfigError(f"{exc} (from {entry.origin})" if entry.origin else str(exc)) from None
+
+
+def _unknown(entry: ConfigEntry) -> str:
+    where = f" (from {entry.origin})" if entry.origin else ""
+    near = closest_name(entry.name, _known_names())
+    return f"Unknown configuration {entry.name!r}{where}" + (f"; did you mean {near!r}?" if near else "")
+
+
+def _known_names() -> set[str]:
+    # Not log.dir: a typo of log.dirs is closer to it, and log.dirs is the name to suggest.
+    return {*BROKER_SETTINGS, "broker.id", *BROKER_NAMES, *HOURS_ALIASES, *TOPIC_CONFIGS, *SINGLE_NODE_NAMES}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

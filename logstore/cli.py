@@ -16,55 +16,152 @@ from logstore import __version__
 def _add_dump(commands) -> None:
     parser = commands.add_parser(
         "dump",
-        help="print the batches of .log segment files (like kafka-dump-log.sh)",
-        description="Print every batch of Kafka .log segment files the way "
-                    "kafka-dump-log.sh --print-data-log does. Keys and values that are not "
+        help="print the files of a log dir: segments, indexes, snapshots, checkpoints (like kafka-dump-log.sh)",
+        description="Print Kafka log-dir files the way kafka-dump-log.sh does: .log segments and KRaft "
+                    ".checkpoint snapshots (every batch, and with --deep-iteration every record), .index "
+                    "and .timeindex (each entry, checked against the .log beside them), .txnindex (the "
+                    "aborted transactions), producer .snapshot files, and the text checkpoints "
+                    "(leader-epoch-checkpoint, *-offset-checkpoint). Keys and values that are not "
                     "printable UTF-8 are shown as 0x-prefixed hex.",
         epilog="Exit status: 0 all data intact (a partial entry at the end of a file, which "
-               "Kafka's recovery would truncate, is reported but is not an error); 1 corrupt "
-               "data found (bad CRC, an entry the decoder refuses, unreadable framing); 2 bad "
-               "arguments, or a path that is missing, unreadable, or a directory without .log "
-               "files. Problems are reported on stderr, one line each, with the byte position. "
-               "The --json schema is documented in `python -m pydoc logstore.dump`.")
+               "Kafka's recovery would truncate, is reported but is not an error; so is a file skipped "
+               "as unknown); 1 corrupt data found (bad CRC, an entry the decoder refuses, unreadable "
+               "framing, an index entry the log contradicts, a record the chosen decoder cannot read, a "
+               "snapshot or checkpoint its reader refuses); 2 bad arguments, or a path that is missing, "
+               "unreadable, a directory without .log files, or an index without its .log. Problems are "
+               "reported on stderr, one line each, with the byte position where there is one. The --json "
+               "schemas are documented in `python -m pydoc logstore.dump` and the modules it names.")
     parser.add_argument(
-        "paths", nargs="+", metavar="PATH",
-        help="a .log segment file, or a partition directory (<topic>-<partition>/) whose "
-             "*.log files are dumped in base-offset order")
+        "paths", nargs="*", metavar="PATH",
+        help="a file to dump, or a partition directory (<topic>-<partition>/) whose *.log files are "
+             "dumped in base-offset order")
     parser.add_argument(
-        "--deep", "--deep-iteration", "--print-data-log", dest="deep", action="store_true",
-        help="also print every record: offset, timestamp, sizes, sequence, header keys, key "
-             "and payload (non-UTF-8 bytes as 0x-prefixed hex), and the marker of control records")
+        "--files", action="append", default=[], metavar="FILE1,FILE2,...",
+        help="comma-separated files to dump, after the PATHs (Kafka's spelling; repeatable)")
+    parser.add_argument(
+        "--print-data-log", "--deep", dest="print_data", action="store_true",
+        help="print every record with its key and payload (implies --deep-iteration; set by any decoder)")
+    parser.add_argument(
+        "--deep-iteration", dest="deep", action="store_true",
+        help="print a line per record: offset, timestamp, sizes, sequence, header keys, and the marker "
+             "of control records")
+    parser.add_argument(
+        "--skip-record-metadata", action="store_true",
+        help="with --print-data-log, print only each record's key and payload, and no control records")
+    decoders = parser.add_mutually_exclusive_group()
+    decoders.add_argument(
+        "--offsets-decoder", dest="decoder", action="store_const", const="offsets",
+        help="decode records as __consumer_offsets records (offset commits, group metadata, KIP-848 "
+             "consumer groups, share groups) and print them as JSON")
+    decoders.add_argument(
+        "--transaction-log-decoder", dest="decoder", action="store_const", const="transactions",
+        help="decode records as __transaction_state records and print them as JSON")
+    decoders.add_argument(
+        "--cluster-metadata-decoder", dest="decoder", action="store_const", const="cluster-metadata",
+        help="decode records as KRaft cluster metadata records (__cluster_metadata, .checkpoint "
+             "snapshots) and print them as JSON")
+    parser.add_argument(
+        "--max-bytes", type=_non_negative, metavar="SIZE",
+        help="read only the whole batches in the first SIZE bytes of each .log or .checkpoint file")
+    parser.add_argument(
+        "--verify-index-only", action="store_true",
+        help="check .index and .timeindex entries against the .log without printing them")
+    parser.add_argument(
+        "--index-sanity-check", action="store_true",
+        help="only run the sanity check that decides at startup whether an index is rebuilt")
     parser.add_argument(
         "--json", dest="as_json", action="store_true",
         help="print one JSON document per file, one per line, instead of Kafka's text layout "
              "(bytes as {\"hex\": ..., \"utf8\": ...}, utf8 only when printable)")
-    parser.set_defaults(run=_run_dump)
+    parser.set_defaults(run=_run_dump, dump_parser=parser)
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a number of bytes: {text!r}")
+    return value
+
+
+def _dump_decoder(name: str | None):
+    """The record decoder a --*-decoder flag names; the broker's record schemas live in its layer."""
+    from logstore import dump
+    if name is None:
+        return None
+    if name == "cluster-metadata":
+        return dump.cluster_metadata_decoder()
+    from logstore.broker.coordinator import record_json
+    if name == "offsets":
+        return dump.RecordDecoder("offsets decoder", record_json.offsets_record)
+    return dump.RecordDecoder("transaction log decoder", record_json.transaction_record)
 
 
 def _run_dump(args: argparse.Namespace) -> int:
     from logstore import dump
-    return dump.run(args.paths, deep=args.deep, as_json=args.as_json)
+    paths = list(args.paths) + [f for group in args.files for f in group.split(",") if f]
+    if not paths:
+        args.dump_parser.error("no files to dump: give PATHs or --files")
+    options = dump.DumpOptions(
+        print_data=args.print_data, deep=args.deep, skip_record_metadata=args.skip_record_metadata,
+        decoder=_dump_decoder(args.decoder), max_bytes=args.max_bytes, verify_index_only=args.verify_index_only,
+        index_sanity_check=args.index_sanity_check, as_json=args.as_json)
+    return dump.run(paths, options)
 
 
 def _add_broker(commands) -> None:
     parser = commands.add_parser(
         "broker",
         help="run a single-node Kafka broker over a logstore store",
-        description="Serve the Kafka wire protocol on the first of `listeners` (default "
-                    "127.0.0.1:9092) with the partitions in `log.dirs` (default ./data). "
-                    "SIGTERM or SIGINT shut down cleanly.",
-        epilog="Settings use Kafka's names, as in server.properties: listeners, "
-               "advertised.listeners, log.dirs, num.partitions, auto.create.topics.enable, "
-               "log.segment.bytes, log.retention.ms, message.max.bytes, socket.request.max.bytes, ...")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve the Kafka wire protocol on the first entry of `listeners` that is not a\n"
+                    "controller listener (default PLAINTEXT://127.0.0.1:9092), with the partitions in\n"
+                    "`log.dirs` (default ./data). SIGTERM or SIGINT shut down cleanly.",
+        epilog="""\
+Settings use Kafka's names, as in server.properties: listeners, advertised.listeners,
+log.dirs, num.partitions, log.segment.bytes, log.retention.hours, message.max.bytes, ...
+Kafka's stock config/server.properties works as it is. Each source wins over the one before:
+  1. the config file, in Java .properties syntax (escapes, \\ continuations, = : or space);
+  2. the environment, as Kafka's container image reads it: KAFKA_LOG_DIRS=/data is
+     log.dirs=/data (drop KAFKA_, lower-case, _ is ., __ is _, ___ is -); LOGSTORE_LOG_DIRS
+     by the same rule, winning over KAFKA_LOG_DIRS;
+  3. --override KEY=VALUE.
+Kafka settings that mean nothing on one node (replication, controller quorum, ZooKeeper,
+thread counts, socket buffers) are accepted and named in one warning, and controller
+listeners are not opened. Any other unknown setting is an error (a stray KAFKA_ or
+LOGSTORE_ variable only a warning).
+
+Log levels: --log-level LEVEL sets every logger, --log-level LOGGER=LEVEL one logger and
+those below it, e.g. --log-level WARN --log-level logstore.cleaner=DEBUG (a comma-separated
+list works too). Levels: TRACE, DEBUG, INFO (the default), WARN, ERROR, FATAL, OFF.
+KAFKA_LOG4J_ROOT_LOGLEVEL and KAFKA_LOG4J_LOGGERS are read the same way, before --log-level.
+
+Exit status: 0 after a clean shutdown, or after --print-config; 1 the broker could not run
+(a port in use, a log dir locked by another process or not writable, an I/O error); 2 bad
+arguments or configuration (an unknown setting, a bad value, an unreadable config file).
+Failures are one or two lines on stderr; at --log-level DEBUG with the traceback.""")
+    parser.add_argument("config_file", nargs="?", metavar="server.properties",
+                        help="a server.properties file, as kafka-server-start.sh takes it (or --config)")
     parser.add_argument("--config", metavar="FILE", help="a server.properties file")
     parser.add_argument("--override", metavar="KEY=VALUE", action="append", default=[],
-                        help="a setting that wins over the file (repeatable)")
+                        help="a setting that wins over the file and the environment (repeatable)")
+    parser.add_argument("--log-level", metavar="[LOGGER=]LEVEL", action="append", default=[],
+                        help="the level of every logger, or of one (repeatable; the default is INFO)")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print the settings the broker would run with, one `name = value` a line, "
+                             "and exit (the log dir is not opened)")
     parser.set_defaults(run=_run_broker)
 
 
 def _run_broker(args: argparse.Namespace) -> int:
     from logstore.broker import server
-    return server.run(args.config, args.override)
+    if args.config_file is not None and args.config is not None:
+        sys.stderr.write("logstore broker: give the config file once: as an argument or as --config\n")
+        return 2
+    return server.run(args.config if args.config is not None else args.config_file, args.override,
+                      log_levels=args.log_level, print_config=args.print_config)
 
 
 def _add_cleaner(commands) -> None:
