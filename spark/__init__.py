@@ -1,17 +1,19 @@
 """Spark reads of logstore (and Kafka) log dirs: `spark.read.format("logstore")`, no broker in the path.
 
-    import logstore.spark
-    logstore.spark.register(spark)
     df = spark.read.format("logstore").option("subscribe", "orders").load("/var/lib/logstore")
 
-The options and the schema are those of Spark's Kafka source (see README);
-`isolation.level` defaults to read_committed.
+Spark finds the format by itself, through the `pyspark_logstore` module
+(spark/discovery), in the Python it starts for its workers: PYSPARK_PYTHON,
+else `python3` on PATH, which must be a Python with logstore installed.
+`register(spark)` registers it by hand, for a session whose lookup ran before
+logstore was installed. The options and the schema are those of Spark's Kafka
+source (see README); `isolation.level` defaults to read_committed.
 """
 from logstore.spark.source import LogstoreDataSource
 
 
 def register(spark) -> None:
-    """Make `format("logstore")` known to a SparkSession."""
+    """Make `format("logstore")` known to a SparkSession by hand (Spark normally finds it by itself)."""
     spark.dataSource.register(LogstoreDataSource)
 
 

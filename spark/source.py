@@ -1,14 +1,16 @@
 """The `logstore` data source: Spark's Kafka source schema over segment files read in place.
 
-    spark.dataSource.register(LogstoreDataSource)     # or logstore.spark.register(spark)
     df = (spark.read.format("logstore").option("subscribe", "orders")
           .load("/var/lib/logstore"))
 
-Each task reads one offset range through `logstore.reader` and yields Arrow
-batches; nothing goes through a broker.
+Spark finds the format by itself through `pyspark_logstore` (spark/discovery);
+`logstore.spark.register(spark)` registers it by hand. Each task reads one
+offset range through `logstore.reader` and yields Arrow batches; nothing goes
+through a broker.
 """
 from __future__ import annotations
 
+import inspect
 from typing import Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -19,6 +21,14 @@ from logstore.spark.planning import Pushdown, TaskRange, plan_batch, push_filter
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")
 HEADERS_FIELD = "headers array<struct<key: string, value: binary>>"
+
+# Spark asks for a batch reader in one of two Python worker modules. Its filter-pushdown worker
+# (`pyspark.sql.worker.data_source_pushdown_filters`, run only when
+# spark.sql.python.filterPushdown.enabled is true) calls pushFilters. Its plain planning worker, below,
+# never does, and refuses a reader whose class overrides pushFilters while that setting is false
+# (DATA_SOURCE_PUSHDOWN_DISABLED): a reader asked for from there offers no pushFilters. Spark tells
+# a data source neither the setting nor the step, so `reader` looks at who called it.
+PLAIN_PLANNING_WORKER = "pyspark.sql.worker.plan_data_source_read"
 
 
 class RangePartition(InputPartition):
@@ -43,9 +53,12 @@ class LogstoreDataSource(DataSource):
         headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return BASE_SCHEMA + (", " + HEADERS_FIELD if headers else "")
 
-    def reader(self, schema) -> "LogstoreBatchReader":
-        """A batch scan."""
-        return LogstoreBatchReader(parse_options(self.options, streaming=False))
+    def reader(self, schema) -> "LogstoreScanReader":
+        """A batch scan: one that takes pushed filters wherever Spark may push them."""
+        options = parse_options(self.options, streaming=False)
+        if _planning_without_pushdown():
+            return LogstoreScanReader(options)
+        return LogstoreBatchReader(options)
 
     def streamReader(self, schema):
         """A micro-batch stream (see logstore.spark.stream)."""
@@ -53,25 +66,49 @@ class LogstoreDataSource(DataSource):
         return LogstoreStreamReader(parse_options(self.options, streaming=True))
 
 
-class LogstoreBatchReader(DataSourceReader):
-    """Plans offset ranges on the driver; each task reads its range."""
+def _planning_without_pushdown() -> bool:
+    """Whether Spark's plain planning worker is asking (run as `python -m` or by pyspark.daemon)."""
+    frame = inspect.currentframe()
+    while frame is not None:
+        spec = frame.f_globals.get("__spec__")
+        if (spec.name if spec is not None else frame.f_globals.get("__name__")) == PLAIN_PLANNING_WORKER:
+            return True
+        frame = frame.f_back
+    return False
+
+
+class LogstoreScanReader(DataSourceReader):
+    """Plans offset ranges on the driver; each task reads its range. Spark applies every filter."""
 
     def __init__(self, options: SourceOptions):
         self.options = options
         self.pushdown = Pushdown()
+
+    def partitions(self) -> list[RangePartition]:
+        """One partition per planned offset range."""
+        return [RangePartition(t, self.options.include_headers) for t in plan_batch(self.options, self.pushdown)]
+
+    def read(self, partition: InputPartition) -> Iterator:
+        """The range's rows as Arrow batches."""
+        return read_partition(partition, self.options.fail_on_data_loss)
+
+
+class LogstoreBatchReader(LogstoreScanReader):
+    """A scan narrowed by the filters Spark pushes (spark.sql.python.filterPushdown.enabled=true)."""
 
     def pushFilters(self, filters):
         """Use partition, topic, offset and timestamp predicates to skip what cannot match."""
         self.pushdown, remaining = push_filters(filters, self.pushdown)
         return remaining
 
-    def partitions(self) -> list[RangePartition]:
-        """One partition per planned offset range."""
-        return [RangePartition(t, self.options.include_headers) for t in plan_batch(self.options, self.pushdown)]
 
-    def read(self, partition: RangePartition) -> Iterator:
-        """The range's rows as Arrow batches."""
-        return read_range(partition.task, partition.include_headers, self.options.fail_on_data_loss)
+def read_partition(partition: InputPartition, fail_on_data_loss: bool) -> Iterator:
+    """A planned partition's rows; none for the `InputPartition(None)` Spark reads when a batch plan is
+    empty (a topic that does not exist or holds nothing, a filter past the end), as Kafka's source
+    reads no rows then."""
+    if not isinstance(partition, RangePartition):
+        return iter(())
+    return read_range(partition.task, partition.include_headers, fail_on_data_loss)
 
 
 def read_range(task: TaskRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from typing import Iterator
 
-from pyspark.sql.datasource import DataSourceStreamReader
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from logstore.reader import StoreView
 from logstore.spark.options import EARLIEST, Bound, SourceOptions
 from logstore.spark.planning import clamp, resolve_offset, segment_ranges, selected_partitions
-from logstore.spark.source import RangePartition, read_range
+from logstore.spark.source import RangePartition, read_partition
 
 Offsets = dict[str, dict[str, int]]
 
@@ -99,9 +99,9 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     tasks.extend(segment_ranges(view, view.scan(first, stop, self.options.isolation)))
         return [RangePartition(t, self.options.include_headers) for t in tasks]
 
-    def read(self, partition: RangePartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator:
         """The range's rows as Arrow batches."""
-        return read_range(partition.task, partition.include_headers, self.options.fail_on_data_loss)
+        return read_partition(partition, self.options.fail_on_data_loss)
 
     def commit(self, end: Offsets) -> None:
         """Nothing to release: the files are Spark's to re-read until the checkpoint moves on."""
