@@ -258,12 +258,9 @@ def dump_txn_index(path: Path, base_offset: int, *, out: TextIO, report: Report,
         except CorruptIndexError as exc:
             report(f"failed sanity check: {str(exc).removeprefix(f'{path}: ')}")
     entries = []
-    for i, txn in enumerate(aborted):
-        # The reader skips the version; Kafka refuses any but 0 (AbortedTxn.CURRENT_VERSION).
-        position = i * TxnIndex.entry_size
-        version = int.from_bytes(data[position:position + 2], "big", signed=True)
-        if version != 0:
-            report(f"unknown aborted-transaction version {version} at byte {position}")
+    # The reader refuses any version but 0, as Kafka does (AbortedTxn.CURRENT_VERSION).
+    version = 0
+    for txn in aborted:
         entries.append({"version": version, "producerId": txn.producer_id, "firstOffset": txn.first_offset,
                         "lastOffset": txn.last_offset, "lastStableOffset": txn.last_stable_offset})
         if not as_json:

@@ -294,9 +294,9 @@ class TxnIndex:
             return []
         found = []
         for pos in range(0, len(data) - self.entry_size + 1, self.entry_size):
-            if data[pos] != 0:
-                raise CorruptIndexError(f"{self.path}: unknown aborted-transaction version at byte {pos}")
-            _, pid, first, last, lso = _ABORTED.unpack_from(data, pos)
+            version, pid, first, last, lso = _ABORTED.unpack_from(data, pos)
+            if version != 0:
+                raise CorruptIndexError(f"{self.path}: unknown aborted-transaction version {version} at byte {pos}")
             found.append(AbortedTxn(pid, first, last, lso))
         return found
 

@@ -148,8 +148,12 @@ def _member_value(m: ConsumerMember) -> bytes:
     return w.tagged_fields({} if m.classic is None else {CLASSIC_MEMBER_TAG: _classic_value(m.classic)}).getvalue()
 
 
+# Kafka writes a nullable struct with a presence byte (1) before it, in a tagged field too.
+_PRESENT = 1
+
+
 def _classic_value(classic: ClassicMetadata) -> bytes:
-    w = Writer().int(4, classic.session_timeout_ms).array_header(True, len(classic.protocols))
+    w = Writer().int(1, _PRESENT).int(4, classic.session_timeout_ms).array_header(True, len(classic.protocols))
     for name, metadata in classic.protocols:
         w.string(True, name).bytes_(True, metadata).tagged_fields()
     return w.tagged_fields().getvalue()
@@ -157,6 +161,9 @@ def _classic_value(classic: ClassicMetadata) -> bytes:
 
 def _read_classic(data: bytes, what: str) -> ClassicMetadata:
     reader = Reader(data, f"{what} ClassicMemberMetadata")
+    # Records written here before the presence byte start with the session timeout's high byte (0).
+    if data[:1] == bytes([_PRESENT]):
+        reader.int(1)
     session_timeout_ms = reader.int(4)
 
     def protocol():

@@ -389,13 +389,20 @@ def test_classic_member_metadata_is_tag_0_of_the_member_record():
     group = ConsumerGroup("g", 1, 1, {"m": member})
     key, value = next((k, v) for k, v in records_between(None, group, lambda t: None)
                       if decode_key(k).record_type == 5)
-    tagged = (b"\x00\x00\xaf\xc8"             # SessionTimeoutMs 45000
-              + b"\x02" + b"\x06range" + b"\x03\x00\x01" + b"\x00"   # [range, 0x0001], no tags
-              + b"\x00")                     # no tags
+    struct_bytes = (b"\x00\x00\xaf\xc8"       # SessionTimeoutMs 45000
+                    + b"\x02" + b"\x06range" + b"\x03\x00\x01" + b"\x00"   # [range, 0x0001], no tags
+                    + b"\x00")               # no tags
+    tagged = b"\x01" + struct_bytes          # Kafka's presence byte of a nullable struct
     assert value.endswith(b"\x01" + b"\x00" + bytes([len(tagged)]) + tagged)
     loader = ConsumerGroupLoader(lambda topic_id: None)
     for k, v in records_between(None, group, lambda t: None):
         loader.replay(decode_key(k), v)
+    assert loader.groups()["g"].members["m"].classic == classic
+    # Records written here before the presence byte was: the struct alone, read back the same.
+    earlier = value[:-len(tagged) - 1] + bytes([len(struct_bytes)]) + struct_bytes
+    loader = ConsumerGroupLoader(lambda topic_id: None)
+    for k, v in records_between(None, group, lambda t: None):
+        loader.replay(decode_key(k), earlier if v == value else v)
     assert loader.groups()["g"].members["m"].classic == classic
 
 

@@ -109,3 +109,15 @@ def test_a_retention_and_cleaner_round_delete_nothing_kafka_would_keep(kafka_dir
     with embedded.open(str(copy), SETTINGS) as node:
         for (group, topic, partition), offset in expected_offsets.items():
             assert node.groups.fetch_offsets(group, [(topic, partition)])[(topic, partition)].offset == offset
+
+
+def test_producer_ids_handed_out_are_above_every_id_kafka_used(kafka_dir):
+    source, copy = kafka_dir
+    used = max((r.producer_id for p in _served_partitions(source) for r in decode_partition(p)), default=-1)
+    with embedded.open(str(copy), SETTINGS) as node:
+        handed_out = node.producer_ids.allocate()
+        assert handed_out > used
+        metadata = node.store.kafka_metadata
+        if metadata is not None and metadata.cluster.next_producer_id is not None:
+            # The controller handed blocks up to here to Kafka's brokers.
+            assert handed_out >= metadata.cluster.next_producer_id
