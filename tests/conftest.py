@@ -1,8 +1,8 @@
 """Shared test fixtures: the byte-exact vectors of the format spec.
 
-The vectors live outside the repository, in `../shared/spec/vectors`
-(NAME.hex + NAME.json, described in that folder's README and §13 of
-on-disk-format.md). Tests reach them through the `vector` fixture, or take a
+The vectors are in `tests/vectors/` (`spec_vectors.VECTORS_DIR`: NAME.hex +
+NAME.json, described in that folder's README and §13 of
+docs/spec/on-disk-format.md). Tests reach them through the `vector` fixture, or take a
 `vector_name` argument and select the vectors they run over with
 `@pytest.mark.vectors(select=predicate)`, `predicate(name, doc) -> bool`.
 """
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
-VECTORS_DIR = Path(__file__).resolve().parents[1].parent / "shared/spec/vectors"
+from spec_vectors import VECTORS_DIR
 
 
 @lru_cache(maxsize=None)

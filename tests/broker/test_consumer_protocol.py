@@ -5,7 +5,6 @@ import dataclasses
 import importlib
 import io
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -15,8 +14,8 @@ from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscript
                                                            decode_subscription, encode_assignment,
                                                            encode_subscription)
 from logstore.errors import CorruptRecordError
+from spec_vectors import VECTORS_DIR as VECTORS
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "spec" / "vectors"
 _RECORDS = json.loads((VECTORS / "v2_computed_consumer_offsets_records.json").read_text())["internalRecords"]
 # The blobs a consumer put in its JoinGroup / SyncGroup, as persisted in GroupMetadataValue.
 (_MEMBER,) = _RECORDS["group_metadata_k2_v3"]["value"]["members"]

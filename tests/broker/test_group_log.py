@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -12,8 +11,8 @@ from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, MemberV
                                                    encode_group_key, encode_group_value, encode_offset_key,
                                                    encode_offset_value)
 from logstore.errors import CorruptRecordError
+from spec_vectors import VECTORS_DIR as VECTORS
 
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "spec" / "vectors"
 RECORDS = json.loads((VECTORS / "v2_computed_consumer_offsets_records.json").read_text())["internalRecords"]
 
 

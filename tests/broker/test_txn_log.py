@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, strategies as st
@@ -11,8 +10,7 @@ from logstore.broker.coordinator.partitioning import java_string_hash, partition
 from logstore.broker.coordinator.txn_log import (TxnLogValue, TxnState, decode_key, decode_value, encode_key,
                                                  encode_value)
 from logstore.errors import CorruptRecordError
-
-VECTORS = Path(__file__).resolve().parents[3] / "shared" / "spec" / "vectors"
+from spec_vectors import VECTORS_DIR as VECTORS
 
 # TransactionLogValue v0 laid out field by field from Kafka's schema (spec §9.4).
 ONGOING_V0 = bytes.fromhex(

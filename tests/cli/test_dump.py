@@ -18,8 +18,8 @@ import pytest
 
 from logstore import dump
 from logstore.formats import kafka as K
+from spec_vectors import VECTORS_DIR as VECTORS
 
-VECTORS = Path(__file__).resolve().parents[2].parent / "shared/spec/vectors"
 MIXED = "real_broker_fetch_records_v1_v1c_v2_v2c_v2b_v2b_v2b_v2bc_v1b_v1bc"
 TXN = "v2_computed_transactional_3_records_headers"
 COMMIT = "v2_computed_control_commit"

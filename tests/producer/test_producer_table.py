@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 import pytest
 from crc32c import crc32c
@@ -22,8 +21,8 @@ from logstore.errors import CorruptSnapshotError
 from logstore.native import producer_state as ps
 from logstore.native.producer_state import ProducerEntry, ProducerTable
 from model import INT32_MAX, ProducerModel, decrement_sequence, increment_sequence
+from spec_vectors import VECTORS_DIR as VECTORS
 
-VECTORS = Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "vectors"
 CLIENT, COORDINATOR, REPLICATION = ps.ORIGIN_CLIENT, ps.ORIGIN_COORDINATOR, ps.ORIGIN_REPLICATION
 OUT_OF_ORDER = ps.OUT_OF_ORDER_SEQUENCE_NUMBER
 INVALID_EPOCH = ps.INVALID_PRODUCER_EPOCH

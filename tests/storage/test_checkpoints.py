@@ -24,8 +24,9 @@ from logstore.checkpoints import (
     write_leader_epoch_checkpoint,
     write_partition_metadata,
 )
+from spec_vectors import VECTORS_DIR
 
-SEGMENT_TXN = Path(__file__).resolve().parents[2].parent / "shared/spec/vectors/segment_txn"
+SEGMENT_TXN = VECTORS_DIR / "segment_txn"
 TOPIC_ID = bytes(range(16))
 
 

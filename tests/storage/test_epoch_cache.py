@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from logstore.checkpoints import CorruptCheckpointError, read_leader_epoch_checkpoint
 from logstore.epoch_cache import LeaderEpochCache
+from spec_vectors import VECTORS_DIR
 
-SEGMENT_TXN = Path(__file__).resolve().parents[2].parent / "shared/spec/vectors/segment_txn"
+SEGMENT_TXN = VECTORS_DIR / "segment_txn"
 
 
 def _cache(tmp_path, entries=(), **kwargs) -> LeaderEpochCache:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 import pathlib
 
-VECTORS = pathlib.Path(__file__).resolve().parents[2].parent / "shared" / "spec" / "vectors"
+from spec_vectors import VECTORS_DIR as VECTORS
 
 
 def copy_vector_dir(name: str, target: pathlib.Path) -> pathlib.Path:
