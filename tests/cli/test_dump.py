@@ -15,6 +15,7 @@ from pathlib import Path
 
 import crc32c
 import pytest
+from dump_cli import no_traceback, ok, run_dump
 
 from logstore import dump
 from logstore.formats import kafka as K
@@ -56,19 +57,7 @@ def segment(directory: Path, base_offset: int, data: bytes) -> Path:
     return path
 
 
-def run_dump(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logstore", "dump", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
 
-
-def ok(result: subprocess.CompletedProcess) -> list[str]:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return result.stdout.splitlines()
-
-
-def no_traceback(result: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
 
 
 def batch_lines(lines: list[str]) -> list[str]:

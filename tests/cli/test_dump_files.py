@@ -9,15 +9,13 @@ appends returned, never from logstore's readers.
 """
 from __future__ import annotations
 
-import json
 import shutil
 import struct
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dump_cli import json_docs, no_traceback, ok, run_dump
 
 import logstore
 import logstore.formats.kafka as K
@@ -27,24 +25,8 @@ T0 = 1_700_000_000_000
 TOPIC = "orders"
 
 
-def run_dump(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "logstore", "dump", *map(str, args)],
-                          capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
-def ok(result: subprocess.CompletedProcess) -> list[str]:
-    assert result.returncode == 0, result.stderr
-    assert result.stderr == ""
-    return result.stdout.splitlines()
-
-
-def no_traceback(result: subprocess.CompletedProcess) -> None:
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-
-
-def json_docs(result: subprocess.CompletedProcess) -> list[dict]:
-    no_traceback(result)
-    return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 # ---------------------------------------------------------------------------

@@ -8,7 +8,9 @@ import time
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.errors import TopicAlreadyExistsError, UnknownTopicOrPartitionError
+from kafka.admin import NewTopic
+from kafka.errors import (MessageSizeTooLargeError, RecordListTooLargeError, TopicAlreadyExistsError,
+                          UnknownTopicOrPartitionError)
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 15.0  # s: a bound on any single wait; tests finish far below it
@@ -175,3 +177,23 @@ def test_auto_create_on_produce_uses_num_partitions(start_broker):
         c.close()
     by_partition = {n: [r.value for r in got if r.partition == n] for n in range(3)}
     assert by_partition == {n: [f"p{n}-{i}".encode() for i in range(10)] for n in range(3)}
+
+
+def test_a_batch_over_segment_bytes_is_record_list_too_large_and_over_max_message_bytes_message_too_large(
+        broker, topic):
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1, topic_configs={"segment.bytes": "1024",
+                                                                    "max.message.bytes": "4096"})])
+    finally:
+        admin.close()
+    p = producer(broker, enable_idempotence=False, retries=0)
+    try:
+        # Kafka's two limits and their two codes: no segment could hold the first, the topic refuses the second.
+        with pytest.raises(RecordListTooLargeError):
+            p.send(topic, value=b"x" * 2000).get(timeout=TIMEOUT)
+        with pytest.raises(MessageSizeTooLargeError):
+            p.send(topic, value=b"x" * 5000).get(timeout=TIMEOUT)
+        assert p.send(topic, value=b"fits").get(timeout=TIMEOUT).offset == 0
+    finally:
+        p.close(timeout=TIMEOUT)

@@ -19,7 +19,7 @@ def _run_example(containing: str, directory: pathlib.Path, monkeypatch, capsys) 
 def test_readme_storage_example_runs(tmp_path, monkeypatch, capsys):
     output = _run_example("logstore.open", tmp_path, monkeypatch, capsys)
     assert output == ["0 b'k1' b'v1'", "1 b'k2' b'v2'", "(0, 1700000000000)"]
-    assert (tmp_path / "data" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
+    assert (tmp_path / "tour" / "storage" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
 
 
 def test_readme_exactly_once_example_runs(tmp_path, monkeypatch, capsys):
