@@ -53,7 +53,7 @@ from logstore.kafka_metadata import (METADATA_TOPIC, KafkaMetadata, applied_stat
                                      record_applied)
 from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
 from logstore.log import Log, parse_partition_dir
-from logstore.log_cleaner import CLEANER_DEFAULTS, LogCleaner
+from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
 from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topic_configs, topic_level,
                              validate_topic_name)
 
@@ -173,6 +173,8 @@ class LogManager:
         self.kafka_metadata = read_kafka_metadata(self.log_dirs, {job[2][0]: job[1] for job in jobs})
         if self.kafka_metadata is not None:
             self._apply_kafka_metadata(self.kafka_metadata)
+        else:
+            self._compact_what_kafka_cleaned({job[2][0] for job in jobs})
         total = len(jobs)
         done = 0
         workers = max(1, int(self.settings["num.recovery.threads.per.data.dir"]) * len(self.log_dirs))
@@ -233,6 +235,20 @@ class LogManager:
         record_applied(self.log_dirs, metadata)
         if imported:
             log.info("topic configs of %d topics taken from %s", len(imported), METADATA_TOPIC)
+
+    def _compact_what_kafka_cleaned(self, present: set[str]) -> None:
+        # A ZooKeeper-era directory carries no topic configs, but Kafka's cleaner checkpoints only the logs it
+        # compacts: those topics keep compacting here rather than fall to retention. Only on a directory no
+        # store has opened (no topic-configs, no cleaner-state.json), so a policy changed here later stands.
+        if any(os.path.exists(os.path.join(d, name)) for d in self.log_dirs for name in (TOPIC_CONFIGS_FILE,
+                                                                                          CLEANER_STATE)):
+            return
+        cleaned = {topic for d in self.log_dirs
+                   for topic, _ in OffsetCheckpoint(os.path.join(d, CLEANER_CHECKPOINT)).read()}
+        found = sorted((cleaned & present) - set(self._topic_bases))
+        if found:
+            self._store_topic_configs({**self._stored_overrides, **{t: {"cleanup.policy": "compact"} for t in found}})
+            log.info("topics Kafka's cleaner compacted stay compacted: %s", ", ".join(found))
 
     def _store_topic_configs(self, topics: dict[str, dict[str, Any]]) -> None:
         # Raised before writing: a generation half-written by a failed write is never reused.

@@ -142,3 +142,21 @@ def test_a_group_left_with_no_offsets_by_a_deleted_topic_goes(tmp_path):
         _commit(node, "only-orders", 3)
         node.delete_topic("orders")
         assert "only-orders" not in [g for g, _, _ in node.groups.list_groups()]
+
+
+def test_topics_kafkas_cleaner_compacted_stay_compacted_in_a_dir_without_configs(tmp_path):
+    data = tmp_path / "data"
+    with embedded.open(str(data), SETTINGS) as node:
+        node.store.create_topic("changelog", 1, {"cleanup.policy": "compact"})
+        node.store.create_topic("events", 1)
+        node.store.log("changelog", 0).append_records([b"v"], keys=[b"k"])
+    # As a ZooKeeper-era broker leaves it: configs in ZooKeeper, the cleaner's checkpoint beside the partitions.
+    _as_kafka_left_it(data)
+    (data / "cleaner-offset-checkpoint").write_text("0\n1\nchangelog 0 1\n")
+    with embedded.open(str(data), SETTINGS) as node:
+        assert node.store.config_for("changelog").compacts and not node.store.config_for("changelog").deletes
+        assert node.store.config_for("events").deletes
+        # A policy changed afterwards stands at the next open.
+        node.store.alter_topic_config("changelog", {"cleanup.policy": "delete"})
+    with embedded.open(str(data), SETTINGS) as node:
+        assert node.store.config_for("changelog").deletes and not node.store.config_for("changelog").compacts
