@@ -388,7 +388,7 @@ def _unwritable_dir(tmp_path) -> Case:
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
-            pytest.skip("running as root and no setpriv to drop privileges")
+            pytest.fail("running as root and no setpriv (util-linux) to drop privileges")
         prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
         tmp_path = scratch = Path(tempfile.mkdtemp(prefix="logstore-ro-"))  # pytest's tmp is 0700 to nobody
         tmp_path.chmod(0o755)

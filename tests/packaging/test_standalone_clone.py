@@ -33,7 +33,7 @@ OUTSIDE = r'\.\./shared|shared/(spec|DESIGN)|"shared"'
 def clone(tmp_path_factory):
     """(the clone, the python of its venv)."""
     if shutil.which("git") is None or not (REPO / ".git").exists():
-        pytest.skip("needs git and a git checkout")
+        pytest.fail("needs git and a git checkout")
     folder = tmp_path_factory.mktemp("standalone")
     repo = folder / "clone"
     run(["git", "clone", "--quiet", REPO, repo])

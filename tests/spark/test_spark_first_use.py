@@ -82,7 +82,7 @@ def activated(log_dir, tmp_path_factory) -> dict:
     """What the driver saw from a shell with the virtualenv activated: its `python3` is this interpreter."""
     python3 = BIN / "python3"
     if not python3.exists() or not python3.samefile(sys.executable):
-        pytest.skip(f"{BIN} has no python3 that is {sys.executable}")
+        pytest.fail(f"{BIN} has no python3 that is {sys.executable}: run the tests with the venv make builds")
     return run_driver(log_dir[0], tmp_path_factory.mktemp("activated"), clean_env(activated=True),
                       full=True, set_pyspark_python=False)
 
