@@ -4,7 +4,8 @@ compiles the Cython sources in native/ into `logstore.native`.
 Cython runs only when extensions are built, so making an sdist writes nothing
 into native/: the sdist carries the Cython sources (MANIFEST.in), not generated
 C, and an install from it cythonizes and compiles. A wheel carries the compiled
-modules, their `.pyi` stubs and xxHash's licence, and none of the sources."""
+modules, their `.pyi` stubs and the licence and version of vendored xxHash
+(native/vendor/xxhash/), and none of the sources."""
 import os
 
 from setuptools import Extension, setup
@@ -59,6 +60,9 @@ class CythonBuildExt(build_ext):
 
         generated = cythonize(
             self.extensions,
+            # The modules are named logstore.native.*, their sources live in native/: shared .pxd
+            # files (batch_header.pxd) are cimported by their bare name from there.
+            include_path=[os.path.join(HERE, "native")],
             compiler_directives={
                 "language_level": 3,
                 "boundscheck": False,
@@ -77,7 +81,9 @@ class CythonBuildExt(build_ext):
 setup(
     package_dir=package_dir,
     packages=packages(),
-    package_data={"logstore.native": ["*.pyi", "*.LICENSE"]},
+    # Vendored C (native/vendor/) travels as its licence and version note, never as source.
+    # py.typed (PEP 561): checkers read the inline annotations and, for logstore.native, the .pyi stubs.
+    package_data={"logstore": ["py.typed"], "logstore.native": ["*.pyi", "vendor/*/LICENSE", "vendor/*/VERSION"]},
     # The build's inputs and outputs that the sdist or an in-place build leaves in native/.
     exclude_package_data={"logstore.native": ["*.pyx", "*.pxi", "*.pxd", "*.h", "*.c", "*.html"]},
     ext_modules=extensions,

@@ -23,21 +23,24 @@ import contextlib
 import functools
 import os
 import random
+import sys
 from dataclasses import dataclass
-
-import pytest
-
-import logstore.formats.kafka as K
-import logstore.native.record_batch as _ours_native
+from pathlib import Path
 
 # The Cython peer, never the pure-Python fallback: import the compiled module
 # itself, not aiokafka.record.default_records (which picks one at import).
 import aiokafka.codec as _peer_codec
 import aiokafka.record._crecords.default_records as _peer_native
+import logstore.native.record_batch as _ours_native
+import pytest
 from aiokafka.record._crecords.default_records import (
     DefaultRecordBatch as PeerReader,
+)
+from aiokafka.record._crecords.default_records import (
     DefaultRecordBatchBuilder as PeerBuilder,
 )
+
+import logstore.formats.kafka as K
 
 for _mod in (_peer_native, _ours_native):
     if not _mod.__file__.endswith((".so", ".pyd")):
@@ -46,6 +49,12 @@ if PeerBuilder.__module__ != "aiokafka.record._crecords.default_records":
     raise RuntimeError(f"aiokafka builder is {PeerBuilder.__module__}, not the Cython one")
 if os.environ.get("AIOKAFKA_NO_EXTENSIONS"):
     raise RuntimeError("AIOKAFKA_NO_EXTENSIONS is set; unset it to benchmark aiokafka's Cython codec")
+
+# The producer-state bench's peer is the tests' plain-Python producer table (tests/producer/model.py):
+# one twin of the native table, so the peer timed here is the oracle the tests trust.
+PRODUCER_MODEL_DIR = str(Path(__file__).resolve().parent.parent / "tests" / "producer")
+if PRODUCER_MODEL_DIR not in sys.path:
+    sys.path.append(PRODUCER_MODEL_DIR)
 
 SEED = 20240521
 RECORDS = 1000

@@ -92,7 +92,7 @@ def main(argv: list[str]) -> int:
             problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
 
     print("Producer-state benchmarks: native ProducerTable vs a Python dict + deque(maxlen=5) map "
-          "(bench/producer_peer.py)")
+          "(tests/producer/model.py)")
     print(machine_line(data))
     print()
     table(("memory", "producers", "ours (memory_bytes)", "ours (RSS)", "peer (RSS)", "peer/ours", "target",

@@ -137,7 +137,8 @@ def main(argv: list[str]) -> int:
           "primed = the log already holds two small batches, so its index maps are faulted in before timing.")
     print("append-group-commit: 4 threads x 64 x 256 KiB appends; pipelined = append + Log.durable() "
           "future, <= 5 outstanding per thread; blocking = append(durable=True), so >= 64 fsyncs a round "
-          "by construction; peer: one thread writes the same 64 MiB, then one fsync. read-sequential: 256 MiB log read in 1 MiB ranges "
+          "by construction; peer: one thread writes the same 64 MiB, then one fsync. "
+          "read-sequential: 256 MiB log read in 1 MiB ranges "
           "(4 whole batches each) into one buffer, page cache warm. MB = 10^6 B.")
     print("index-lookup: random offsets on a 1 GiB segment's offset index; translate_offset adds the "
           "scan of the .log from the indexed position. reopen: a store killed with SIGKILL "

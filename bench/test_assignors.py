@@ -111,7 +111,7 @@ def test_rebalance(benchmark, op, shape, assignor, side):
 
 def main(argv: list[str]) -> int:
     """Print the JSON's groups as a Markdown table: medians, the paired ratio, moves and the target."""
-    from benchjson import finish, load_groups, machine_line, met, pairs, paired_ratio, table
+    from benchjson import finish, load_groups, machine_line, met, paired_ratio, pairs, table
 
     prog = "bench/test_assignors.py"
     loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/assignors.json", prog)

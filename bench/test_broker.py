@@ -384,7 +384,7 @@ def test_produce(benchmark, broker, admin, values, filled, api):
     benchmark.pedantic(lambda *args: meter.run(send, *args), setup=setup,
                        rounds=PRODUCE_ROUNDS, iterations=1)
 
-    for topic, producer, deliveries in made:
+    for topic, _producer, deliveries in made:
         check_produced(admin, topic, deliveries)
     filled.append(made[-1][0])
     made.clear()  # the producers' threads end with them
@@ -561,7 +561,7 @@ class _WideRound:
             writer.close()
             await writer.wait_closed()
 
-    async def run(self) -> "_WideRound":
+    async def run(self) -> _WideRound:
         """All connections at once; every Produce leaves after every Metadata answer is in."""
         barrier = asyncio.Barrier(WIDE_CONNECTIONS)
         async with asyncio.timeout(WIDE_ROUND_TIMEOUT):

@@ -100,22 +100,25 @@ from pathlib import Path
 
 import confluent_kafka
 import pytest
-from profiles import profile_rows
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from crc32c import crc32c
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    Subscription,
+    encode_assignment,
+    encode_subscription,
+)
+from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
 
 # bench/test_broker.py's clocks, topic helpers and admin fixture, bench/test_broker_transactions.py's
 # "other processes" meter: this suite measures the way those do.
 import test_broker as base
 from broker_process import BrokerProcess, free_port
-from test_broker_transactions import _Others
-
-from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, encode_assignment,
-                                                           encode_subscription)
-from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
-from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
 from logstore.manager import LogManager
+from profiles import profile_rows
+from test_broker_transactions import _Others
 
 BROKER_OVERRIDES = ("group.initial.rebalance.delay.ms=0",)
 CLIENT = f"confluent-kafka {confluent_kafka.version()[0]} (librdkafka {confluent_kafka.libversion()[0]})"

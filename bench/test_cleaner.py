@@ -156,7 +156,7 @@ def test_clean_dirty_log(benchmark, dirty_log, side):
 
 def main(argv: list[str]) -> int:
     """Print the rates, the ratio and the target."""
-    from benchjson import finish, load_groups, machine_line, met, pairs, paired_ratio, table
+    from benchjson import finish, load_groups, machine_line, met, paired_ratio, pairs, table
 
     prog = "bench/test_cleaner.py"
     loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/cleaner.json", prog)

@@ -78,24 +78,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from profiles import profile_rows
 
 import logstore
 import logstore.formats.kafka as K
+from profiles import profile_rows
 
 os.environ["PYSPARK_PYTHON"] = sys.executable  # else the workers run the system python, without pyarrow
-
-from pyspark import cloudpickle  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.datasource import (DataSource, DataSourceReader, GreaterThanOrEqual,  # noqa: E402
-                                    InputPartition)
 
 import logstore.spark  # noqa: E402
 from logstore.spark.arrow import to_spark_batch  # noqa: E402
 from logstore.spark.options import parse_options  # noqa: E402
 from logstore.spark.planning import Pushdown, TaskRange, plan_batch  # noqa: E402
 from logstore.spark.source import BASE_SCHEMA, LogstoreBatchReader  # noqa: E402
+from pyspark import cloudpickle  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, GreaterThanOrEqual, InputPartition  # noqa: E402
 
 SEED = 20240808
 TOPIC = "spark-bench"
@@ -314,7 +312,7 @@ def filter_case(data: SparkData, name: str) -> tuple[str, object, object, int, o
                 lambda df: df.where(F.col("offset") + 1 > bound), selected,
                 GreaterThanOrEqual(("offset",), bound))
     bound = _timestamp_bound()
-    when = dt.datetime.fromtimestamp(bound / 1000, dt.timezone.utc)
+    when = dt.datetime.fromtimestamp(bound / 1000, dt.UTC)
     return (f"df.where(timestamp >= '{when.isoformat()}').count()",
             lambda df: df.where(F.col("timestamp") >= F.lit(when)),
             lambda df: df.where(F.unix_millis(F.col("timestamp")) >= bound),
@@ -450,7 +448,7 @@ class ArrowFloorSource(DataSource):
         """The logstore source's schema (no headers)."""
         return BASE_SCHEMA
 
-    def reader(self, schema) -> "ArrowFloorReader":
+    def reader(self, schema) -> ArrowFloorReader:
         """A batch scan."""
         return ArrowFloorReader(self.options["path"])
 

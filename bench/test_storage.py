@@ -86,10 +86,9 @@ import pytest
 
 import logstore
 import logstore.formats.kafka as K
+from benchfiles import restore, small_files
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.log import Log
-
-from benchfiles import restore, small_files
 
 KiB = 1 << 10
 MiB = 1 << 20

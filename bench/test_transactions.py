@@ -36,10 +36,9 @@ import time
 import pytest
 
 import logstore
+from benchfiles import restore, small_files
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint
 from logstore.log import Log
-
-from benchfiles import restore, small_files
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -101,7 +100,7 @@ def committed_log(scratch):
     seqs = [0] * COMMITTED_PRODUCERS
     written = kept = 0
     while log.size < COMMITTED_LOG_BYTES:
-        for step in range(COMMITTED_BATCHES_PER_TXN):
+        for _ in range(COMMITTED_BATCHES_PER_TXN):
             for pid in range(COMMITTED_PRODUCERS):
                 log.append_records(values, timestamps=ts, producer_id=pid, producer_epoch=0,
                                    base_sequence=seqs[pid], transactional=True)

@@ -28,7 +28,6 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.serial.errors import DecodeError
-
 from logstore.broker.array_bounds import check_and_strip
 
 __all__ = ["AdminClient", "AdminClientError", "BrokerUnavailableError", "error_name", "parse_bootstrap"]
@@ -133,7 +132,7 @@ class AdminClient:
         self._socket: socket.socket | None = None
         self._correlation = itertools.count(1)
 
-    def connect(self) -> "AdminClient":
+    def connect(self) -> AdminClient:
         """Open the connection (to the first address that accepts); a no-op if it is open."""
         if self._socket is not None:
             return self
@@ -155,7 +154,7 @@ class AdminClient:
             self._socket.close()
             self._socket = None
 
-    def __enter__(self) -> "AdminClient":
+    def __enter__(self) -> AdminClient:
         return self.connect()
 
     def __exit__(self, *exc) -> None:

@@ -19,8 +19,16 @@ import struct
 from dataclasses import fields
 from functools import cache
 
-from kio.serial._introspect import (EntityField, EntityTupleField, PrimitiveField, PrimitiveTupleField,
-                                    classify_field, get_field_tag, get_schema_field_type, is_optional)
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
 
 __all__ = ["ArrayCountError", "check_and_strip"]
 

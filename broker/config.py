@@ -16,8 +16,9 @@ Which entry of `listeners` is served, and what is advertised, is
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from logstore.broker.config_sources import (
     SINGLE_NODE_NAMES,
@@ -28,10 +29,26 @@ from logstore.broker.config_sources import (
     read_overrides,
     read_properties_file,
 )
-from logstore.broker.listeners import (DEFAULT_PROTOCOL_MAP, Listener, ListenerConfigError, advertised_listener,
-                                       controller_names, served_listener)
-from logstore.config import (BROKER_NAMES, HOURS_ALIASES, INT_MAX, LONG_MAX, TOPIC_CONFIGS, LogConfig, _as_float,
-                             _as_int, _refused)
+from logstore.broker.listeners import (
+    DEFAULT_PROTOCOL_MAP,
+    Listener,
+    ListenerConfigError,
+    advertised_listener,
+    controller_names,
+    served_listener,
+)
+
+from logstore.config import (
+    BROKER_NAMES,
+    HOURS_ALIASES,
+    INT_MAX,
+    LONG_MAX,
+    TOPIC_CONFIGS,
+    LogConfig,
+    _as_float,
+    _as_int,
+    _refused,
+)
 from logstore.errors import InvalidConfigError
 from logstore.log_cleaner import CLEANER_DEFAULTS
 from logstore.manager import SCHEDULE_DEFAULTS
@@ -43,6 +60,8 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "node.id": (1, int),
     "listeners": ("PLAINTEXT://127.0.0.1:9092", str),
     "advertised.listeners": ("", str),
+    # Empty allows every request (Kafka's default without an authorizer); else `module.Class`.
+    "authorizer.class.name": ("", str),
     "controller.listener.names": ("", str),
     "listener.security.protocol.map": (DEFAULT_PROTOCOL_MAP, str),
     "log.dirs": ("./data", str),
@@ -150,13 +169,13 @@ class BrokerConfig:
     """Entries of `listeners` not opened: controller listeners, and every broker listener after the first."""
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | None = None) -> "BrokerConfig":
+    def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
         """Defaults overridden by `props` (Kafka names, as code gives them); unknown names are refused."""
         return cls.from_entries(ConfigEntry(name, value, "") for name, value in (props or {}).items())
 
     @classmethod
     def load(cls, path: str | None = None, overrides: Iterable[str] = (),
-             environ: Mapping[str, str] | None = None) -> "BrokerConfig":
+             environ: Mapping[str, str] | None = None) -> BrokerConfig:
         """A server.properties file (if any), then the environment (if given), then `key=value` overrides."""
         entries = read_properties_file(path) if path is not None else []
         entries += read_environment(environ) if environ is not None else []
@@ -164,7 +183,7 @@ class BrokerConfig:
         return cls.from_entries(entries)
 
     @classmethod
-    def from_entries(cls, entries: Iterable[ConfigEntry]) -> "BrokerConfig":
+    def from_entries(cls, entries: Iterable[ConfigEntry]) -> BrokerConfig:
         """Defaults overridden by `entries` in order (a later one for the same setting wins)."""
         merged: dict[str, ConfigEntry] = {}
         for entry in entries:
@@ -187,14 +206,15 @@ class BrokerConfig:
         given = frozenset(name for name in merged if name in BROKER_SETTINGS)
         config = cls(settings, log_properties, given, {name: merged[name].origin for name in merged},
                      tuple(ignored), tuple(unknown_environment))
-        config.log_config  # checked now (across values too), not at the first topic
+        config.log_config  # noqa: B018 (the property checks the values now, not at the first topic) (across values too), not at the first topic
         if not config.log_dirs:
             raise InvalidConfigError(config._where("log.dirs", f"Invalid value '{config['log.dirs']}' for "
                                                    "configuration log.dirs: at least one directory is needed"))
         try:
             config.listener, config.unopened = served_listener(
-                settings["listeners"], settings["controller.listener.names"], settings["listener.security.protocol.map"])
-            config.advertised  # checked now
+                settings["listeners"], settings["controller.listener.names"],
+                settings["listener.security.protocol.map"])
+            config.advertised  # noqa: B018 (the property checks the advertised listener now)
         except ListenerConfigError as exc:
             raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
         return config

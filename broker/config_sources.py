@@ -20,8 +20,9 @@ surrounding whitespace, as Kafka's ConfigDef does.
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import javaproperties
 

@@ -69,8 +69,9 @@ import argparse
 import json
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, TextIO
+from typing import TextIO
 
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
@@ -79,16 +80,22 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_groups.v4.request import ListGroupsRequest
 from kio.schema.list_offsets.v7.request import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.offset_commit.v8.request import (OffsetCommitRequest, OffsetCommitRequestPartition,
-                                                 OffsetCommitRequestTopic)
-from kio.schema.offset_delete.v0.request import (OffsetDeleteRequest, OffsetDeleteRequestPartition,
-                                                 OffsetDeleteRequestTopic)
+from kio.schema.offset_commit.v8.request import (
+    OffsetCommitRequest,
+    OffsetCommitRequestPartition,
+    OffsetCommitRequestTopic,
+)
+from kio.schema.offset_delete.v0.request import (
+    OffsetDeleteRequest,
+    OffsetDeleteRequestPartition,
+    OffsetDeleteRequestTopic,
+)
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 from kio.static.primitive import i8, i32, i64
-
 from logstore.broker.admin_client import AdminClient, error_name
 from logstore.broker.coordinator.consumer_protocol import decode_assignment
 from logstore.broker.transactions_cli import BrokerError, UsageError, print_table, run_command
+
 from logstore.errors import CorruptRecordError
 
 __all__ = ["run", "BrokerError", "UsageError", "GROUP_STATES", "parse_partitions"]

@@ -20,16 +20,24 @@ import os
 import threading
 import time
 import uuid
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
-from logstore.broker.coordinator.transaction import (INTERNAL_TOPICS, OFFSETS_TOPIC, TXN_STATE_TOPIC,
-                                                     TransactionCoordinator, TxnConfig)
+from logstore.broker.coordinator.transaction import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
+    TransactionCoordinator,
+    TxnConfig,
+)
 from logstore.broker.producer_ids import ProducerIdAllocator
+
 from logstore.checkpoints import write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
 from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from logstore.filesystem import OS, FileSystem
 from logstore.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -57,7 +65,7 @@ def cluster_id(log_dir: str, node_id: int) -> str:
     except FileNotFoundError:
         pass
     made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-    write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode("utf-8"))
+    write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode())
     return made
 
 
@@ -68,13 +76,14 @@ def _now_ms() -> int:
 class Node:
     """The store and coordinators of one data directory, with the thread that keeps them."""
 
-    def __init__(self, config: BrokerConfig, *, on_appended: Callable[[], None] | None = None):
+    def __init__(self, config: BrokerConfig, *, on_appended: Callable[[], None] | None = None,
+                 fs: FileSystem = OS):
         self.config = config
         self.node_id = config["node.id"]
         settings = {k: v for k, v in config.settings.items() if "." in k}
         # Opening the store takes the directory's lock: nothing below runs for a second process.
         self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings,
-                                topic_defaults=_internal_topic_defaults(config.settings))
+                                topic_defaults=_internal_topic_defaults(config.settings), fs=fs)
         try:
             self.cluster_id = cluster_id(config.log_dirs[0], self.node_id)
             self._complete_topics()
@@ -136,7 +145,7 @@ class Node:
                       if metadata is not None and metadata.cluster.next_producer_id is not None else -1)
         self.producer_ids.reserve_through(highest)
 
-    def start(self) -> "Node":
+    def start(self) -> Node:
         """Start the upkeep thread; returns the node."""
         self._upkeep.start()
         return self
@@ -234,7 +243,7 @@ class Node:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def __enter__(self) -> "Node":
+    def __enter__(self) -> Node:
         return self
 
     def __exit__(self, *exc) -> None:

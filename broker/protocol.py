@@ -21,11 +21,12 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 from kio.static.primitive import i32Timedelta
-
 from logstore.broker.array_bounds import check_and_strip
+from logstore.native.wire import WireError, decode_produce
 
 __all__ = ["ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
-           "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body"]
+           "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
+           "encode_kio", "decode_native_produce"]
 
 _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
@@ -82,6 +83,20 @@ def decode_request(frame: bytes):
     # Metadata request (v9+) keeps a 4-byte array-count placeholder of which only
     # the first byte (compact null) is the count, so it always ends 3 bytes long.
     return header, body
+
+
+def decode_kio(frame: bytes):
+    """(client id, body) of a request frame, through kio: every API's default decoder."""
+    header, body = decode_request(frame)
+    return header.client_id, body
+
+
+def decode_native_produce(frame: bytes):
+    """(client id, body) of a Produce frame, natively: the records stay views of the frame."""
+    try:
+        return decode_produce(frame)
+    except (WireError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"Produce v{peek_api(frame)[1]}: {exc}") from None
 
 
 def read_header_only(frame: bytes, api_key: int, version: int):
@@ -166,7 +181,7 @@ class ResponseFrame:
             self._small += data
         return n
 
-    def finish(self) -> "ResponseFrame":
+    def finish(self) -> ResponseFrame:
         if self._small:
             self.parts.append(bytes(self._small))
             self._small = bytearray()
@@ -190,6 +205,11 @@ def frame_of_body(correlation_id: int, api_key: int, version: int, body: bytes) 
     head = bytearray(b"".join(frame.finish().parts))
     _SIZE.pack_into(head, 0, len(head) - 4 + len(body))
     return PreEncoded([bytes(head), body])
+
+
+def encode_kio(correlation_id: int, version: int, response) -> PreEncoded:
+    """A kio response as the parts of its frame: every API's default encoder."""
+    return PreEncoded(encode_response(correlation_id, response).parts)
 
 
 def encode_response(correlation_id: int, response) -> ResponseFrame:

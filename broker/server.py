@@ -1,4 +1,4 @@
-"""The broker process: an asyncio server in front of a logstore store.
+"""The broker: an asyncio server in front of a logstore node, knowing no API in particular.
 
 Each connection reads size-prefixed frames; every request becomes a task at
 once (so a Produce waiting for its fsync does not hold back the next one), and
@@ -6,46 +6,31 @@ a writer task sends the replies in request order, as clients require. A frame
 larger than `socket.request.max.bytes`, a header that cannot be read, or an
 API version this broker does not serve closes that connection, as Kafka does;
 others are untouched. A connection that neither sent a request nor
-was owed a reply for `connections.max.idle.ms` is closed. Produce requests are decoded
-natively (records stay views of the frame); other requests through kio.
+was owed a reply for `connections.max.idle.ms` is closed. What differs by API
+(how a frame is decoded, whether it is answered, how the answer is encoded,
+what a too-new version gets) is the registration's (`logstore.broker.api`).
 Handlers run on the event loop and call the store directly: appends and
-reads are a pwrite or pread each, and large Fetch records go out by sendfile.
+reads are a pwrite or pread each, and large file ranges go out by sendfile.
+The process around it (configuration, signals, exit codes) is `startup.py`.
 """
 from __future__ import annotations
 
 import asyncio
-import errno
 import logging
-import os
-import signal
-import socket
 import struct
-import sys
-import traceback
 from concurrent.futures import ThreadPoolExecutor
 
-from logstore.broker.api import REGISTRY, Request, load_all
-from logstore.broker.api.api_versions import KEY as API_VERSIONS, MAX_VERSION as API_VERSIONS_MAX, response_for
+from logstore.broker.api import REGISTRY, Api, Request, load_all
+from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.node import Node
-from logstore.broker.protocol import (
-    ErrorCode,
-    HeldSlice,
-    PreEncoded,
-    ProtocolError,
-    UnsupportedRequest,
-    decode_request,
-    encode_response,
-    peek_api,
-    read_header_only,
-)
-from logstore.errors import InvalidConfigError, LogStoreError
-from logstore.native.wire import WireError, decode_produce
+from logstore.broker.protocol import HeldSlice, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
+
+from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
-PRODUCE = 0
 # Below this a file range is read and written like any bytes; above, sendfile's
 # pause of the connection's reads costs less than the copy through user space.
 SENDFILE_MIN_BYTES = 64 * 1024
@@ -55,13 +40,18 @@ COORDINATOR_THREADS = 16
 
 
 class Broker:
-    """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening socket."""
+    """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening socket.
 
-    def __init__(self, config: BrokerConfig):
+    It is the handlers' `BrokerContext`; `authorizer` decides what each principal may do (by default
+    everything, as Kafka without an authorizer).
+    """
+
+    def __init__(self, config: BrokerConfig, authorizer: Authorizer | None = None, fs: FileSystem = OS):
         self.config = config
+        self.authorizer = authorizer if authorizer is not None else AllowAll()
         load_all()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.node = Node(config, on_appended=self._appended_elsewhere)
+        self.node = Node(config, on_appended=self._appended_elsewhere, fs=fs)
         self.node_id = self.node.node_id
         self.cluster_id = self.node.cluster_id
         self.store = self.node.store
@@ -141,7 +131,8 @@ class Broker:
         sender = asyncio.create_task(self._send_replies(replies, writer, activity))
         peer = writer.get_extra_info("peername")
         try:
-            await self._read_requests(reader, replies, peer, activity)
+            # PLAINTEXT is the only listener: every connection is Kafka's anonymous user.
+            await self._read_requests(reader, replies, peer, activity, ANONYMOUS)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except ProtocolError as exc:
@@ -161,7 +152,8 @@ class Broker:
             self._connections.discard(task)
             self._activity.pop(task, None)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer, activity) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer, activity,
+                             principal) -> None:
         limit = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
@@ -174,32 +166,26 @@ class Broker:
             frame = await reader.readexactly(size)
             activity[0] = loop.time()
             api_key, version, correlation_id = peek_api(frame)
-            if api_key == API_VERSIONS and version > API_VERSIONS_MAX:
-                # KIP-511: the body cannot be read; answer v0 with our range so the client retries.
-                read_header_only(frame, api_key, version)
-                await replies.put(_done((correlation_id, response_for(0, ErrorCode.unsupported_version))))
-                continue
             api = REGISTRY.get(api_key)
+            if api is not None and version > api.max_version and api.newer is not None:
+                activity[1] += 1
+                await replies.put(_done(api.newer(frame, correlation_id)))
+                continue
             if api is None or not api.accept_from <= version <= api.max_version:
                 raise UnsupportedRequest(f"api key {api_key} version {version} is not served")
-            if api_key == PRODUCE:
-                try:
-                    client_id, body = decode_produce(frame)
-                except (WireError, UnicodeDecodeError) as exc:
-                    raise ProtocolError(f"Produce v{version}: {exc}") from None
-            else:
-                header, body = decode_request(frame)
-                client_id = header.client_id
-            request = Request(self, api_key, version, correlation_id, client_id, client_host)
+            client_id, body = api.decode(frame)
+            request = Request(self, api_key, version, correlation_id, client_id, client_host, principal)
             task = asyncio.create_task(self._handle(api, request, body))
-            if api_key == PRODUCE and body.acks == 0:
-                continue  # no reply is read for acks=0
+            if not api.replies(body):
+                continue
             activity[1] += 1
             await replies.put(task)
 
-    async def _handle(self, api, request: Request, body):
+    async def _handle(self, api: Api, request: Request, body) -> PreEncoded | None:
+        """The handler's answer, encoded as the registration says (None: nothing to send)."""
         try:
-            return request.correlation_id, await api.handler(request, body)
+            response = await api.handler(request, body)
+            return None if response is None else api.encode(request.correlation_id, request.version, response)
         except Exception:
             log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
             raise
@@ -211,7 +197,7 @@ class Broker:
             if item is None:
                 return
             try:
-                correlation_id, response = await item
+                response = await item
             except Exception:  # noqa: BLE001 - logged in _handle; the client sees the connection close
                 writer.close()
                 return
@@ -220,14 +206,10 @@ class Broker:
                 activity[1] -= 1
             if response is None:
                 continue
-            if isinstance(response, PreEncoded):
-                try:
-                    await self._send_parts(response.parts, writer)
-                finally:
-                    response.close()
-            else:
-                for part in encode_response(correlation_id, response).parts:
-                    writer.write(part)
+            try:
+                await self._send_parts(response.parts, writer)
+            finally:
+                response.close()
             await writer.drain()
 
     async def _send_parts(self, parts: list, writer: asyncio.StreamWriter) -> None:
@@ -276,182 +258,3 @@ def _done(value) -> asyncio.Future:
     future.set_result(value)
     return future
 
-
-async def run_broker(config: BrokerConfig, ready=None) -> None:
-    """Run a broker until SIGTERM or SIGINT; `ready(host, port)` is called once it listens.
-
-    A log dir that cannot be used, or a port that cannot be bound (`run` tries the port before the
-    store opens: a recovery may take long), is a `StartError`.
-    """
-    try:
-        broker = Broker(config)
-    except OSError as exc:
-        raise StartError(_log_dir_failure(config, exc)) from exc
-    try:
-        host, port = await broker.start()
-    except OSError as exc:
-        broker.node.close()
-        raise StartError(_listen_failure(config, exc)) from exc
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    if ready is not None:
-        ready(host, port)
-    await broker.serve_until(stop)
-
-
-# -- the `logstore broker` process: log levels, configuration, errors a person reads ----------------
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-TRACE = 5
-# log4j's level names (as Kafka's --override users know them) and Python's.
-LEVELS = {"TRACE": TRACE, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
-          "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL,
-          "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
-# Kafka's container image sets its log4j levels from these (KafkaDockerWrapper); so does this broker.
-LEVEL_VARIABLES = ("KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS")
-
-
-class StartError(Exception):
-    """Why the broker cannot run, in words its user can act on, and the exit status (2: usage or
-    configuration, 1: the machine: a port, a log dir, I/O)."""
-
-    def __init__(self, message: str, status: int = 1):
-        super().__init__(message)
-        self.status = status
-
-
-def parse_log_levels(items) -> tuple[int | None, dict[str, int]]:
-    """The root level and per-logger levels of (where, text) items: `LEVEL` or `LOGGER=LEVEL`, comma-separated
-    lists allowed; a later item wins."""
-    root, loggers = None, {}
-    for where, text in items:
-        for part in filter(None, (p.strip() for p in text.split(","))):
-            name, sep, level = part.rpartition("=")
-            number = LEVELS.get(level.strip().upper())
-            if number is None or (sep and not name.strip()):
-                raise StartError(f"{where} {part}: not LEVEL or LOGGER=LEVEL; the levels are TRACE, DEBUG, INFO, "
-                                 "WARN, ERROR, FATAL, OFF", 2)
-            if sep:
-                loggers[name.strip()] = number
-            else:
-                root = number
-    return root, loggers
-
-
-def run(config_path: str | None, overrides: list[str], *, log_levels=(), print_config: bool = False,
-        environ=None) -> int:
-    """`logstore broker`: serve until a signal; the exit status (0, 1 runtime failure, 2 usage or config).
-
-    A failure the user can fix is one or two lines on stderr; the traceback too at --log-level DEBUG.
-    """
-    environ = os.environ if environ is None else environ
-    debug = False
-    try:
-        root, loggers = parse_log_levels([*((v, environ[v]) for v in LEVEL_VARIABLES if environ.get(v, "").strip()),
-                                          *(("--log-level", item) for item in log_levels)])
-        logging.addLevelName(TRACE, "TRACE")
-        logging.basicConfig(level=logging.INFO if root is None else root, format=LOG_FORMAT)
-        for name, level in loggers.items():
-            logging.getLogger(name).setLevel(level)
-        debug = logging.getLogger().isEnabledFor(logging.DEBUG)
-        config = BrokerConfig.load(config_path, overrides, environ)
-    except StartError as exc:
-        return _failed(exc, debug)
-    except InvalidConfigError as exc:
-        return _failed(StartError(str(exc), 2), debug, exc)
-    config_log = logging.getLogger(BrokerConfig.__module__)
-    for line in config.warnings():
-        config_log.warning("%s", line)
-    if print_config:
-        sys.stdout.write("".join(f"{name} = {value}\n" for name, value in config.values()))
-        return 0
-    try:
-        _probe_listener(config)  # before the values, so a port in use is the only thing said
-    except StartError as exc:
-        return _failed(exc, debug)
-    config_log.info("BrokerConfig values:\n%s", "\n".join(f"\t{name} = {value}" for name, value in config.values()))
-
-    def ready(host, port):
-        # One line on stdout that tests and scripts wait for.
-        print(f"logstore broker listening on {f'[{host}]' if ':' in host else host}:{port}", flush=True)
-    try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    try:
-        (uvloop.run if uvloop is not None else asyncio.run)(run_broker(config, ready))
-    except StartError as exc:
-        return _failed(exc, debug)
-    except LogStoreError as exc:
-        # A log dir held by another process (LogDirLockedError), a storage failure: the message says which.
-        return _failed(StartError(str(exc), 1), debug, exc)
-    except OSError as exc:
-        return _failed(StartError(f"I/O error: {exc}", 1), debug, exc)
-    return 0
-
-
-def _failed(exc: StartError, debug: bool, cause: BaseException | None = None) -> int:
-    """Say why on stderr (with the traceback of `cause` or `exc` at DEBUG); the exit status."""
-    if debug:
-        traceback.print_exception(cause or exc)
-    sys.stderr.write(f"logstore broker: {exc}\n")
-    sys.stderr.flush()
-    return exc.status
-
-
-def _where(config: BrokerConfig, name: str) -> str:
-    origin = config.origins.get(name)
-    return f"{name}={config[name]}, from {origin}" if origin else f"{name}={config[name]}, the default"
-
-
-def _probe_listener(config: BrokerConfig) -> None:
-    """Bind the listener's addresses once and let go (as the server will bind them: SO_REUSEADDR, IPv6-only)."""
-    listener = config.listener
-    if listener.port == 0:
-        return
-    try:
-        addresses = socket.getaddrinfo(listener.host or None, listener.port, type=socket.SOCK_STREAM,
-                                       flags=socket.AI_PASSIVE)
-        for family, kind, proto, _, address in addresses:
-            with socket.socket(family, kind, proto) as sock:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                if family == socket.AF_INET6:
-                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                sock.bind(address)
-    except OSError as exc:
-        raise StartError(_listen_failure(config, exc)) from exc
-
-
-def _listen_failure(config: BrokerConfig, exc: OSError) -> str:
-    listener = config.listener
-    where = f"cannot listen on {listener.host or '*'}:{listener.port} ({_where(config, 'listeners')})"
-    if isinstance(exc, socket.gaierror):
-        return f"{where}: host {listener.host!r} does not resolve ({exc.strerror})"
-    if exc.errno == errno.EADDRINUSE:
-        return (f"{where}: the port is in use\n"
-                "another process (a broker?) listens there: stop it, or give listeners another port")
-    if exc.errno == errno.EACCES:
-        return f"{where}: permission denied (ports below 1024 need privileges)"
-    if exc.errno == errno.EADDRNOTAVAIL:
-        return f"{where}: {listener.host} is not an address of this machine"
-    return f"{where}: {exc.strerror or exc}"
-
-
-def _log_dir_failure(config: BrokerConfig, exc: OSError) -> str:
-    path = os.fsdecode(exc.filename) if exc.filename is not None else None
-    log_dir = next((d for d in config.log_dirs if path is not None and (path == d or path.startswith(d + os.sep))),
-                   None)
-    if log_dir is None:  # a parent that cannot be created, or a file elsewhere
-        log_dir = next((d for d in config.log_dirs if path is not None and d.startswith(path + os.sep)),
-                       ",".join(config.log_dirs))
-    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and path is not None:
-        blocking = path
-        while blocking != os.path.dirname(blocking) and not os.path.lexists(blocking):
-            blocking = os.path.dirname(blocking)
-        why = f"{blocking} is not a directory"
-    else:
-        why = f"{exc.strerror or exc}" + (f" ({path})" if path and path != log_dir else
-                                          "" if os.path.isdir(log_dir) else " (creating it)")
-    return f"cannot use log dir {log_dir} ({_where(config, 'log.dirs')}): {why}"

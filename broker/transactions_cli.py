@@ -53,7 +53,8 @@ import json
 import sys
 import time
 from collections import defaultdict
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
@@ -62,7 +63,6 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8, i32, i64
-
 from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
 
 __all__ = ["run", "BrokerError", "UsageError"]

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 TopicPartition = tuple[str, int]
 Assignment = dict[str, frozenset[TopicPartition]]
@@ -55,7 +55,7 @@ Counts = Mapping[str, int]
 Assignor = Callable[[Members, Counts], Assignment]
 
 
-def _frozen(chosen: Mapping[str, list]) -> Assignment:
+def _frozen(chosen: Mapping[str, list[TopicPartition]]) -> Assignment:
     return {member: frozenset(parts) for member, parts in chosen.items()}
 
 
@@ -65,8 +65,8 @@ def _live_topics(members: Members, partitions: Counts) -> list[str]:
     return sorted(t for t in wanted if partitions.get(t, 0) > 0)
 
 
-def _ranges(members: Members, partitions: Counts) -> dict[str, list]:
-    chosen: dict[str, list] = {m: [] for m in members}
+def _ranges(members: Members, partitions: Counts) -> dict[str, list[TopicPartition]]:
+    chosen: dict[str, list[TopicPartition]] = {m: [] for m in members}
     for topic in _live_topics(members, partitions):
         subscribers = sorted(m for m, s in members.items() if topic in s.topics)
         share, extra = divmod(partitions[topic], len(subscribers))
@@ -85,7 +85,7 @@ def range_assign(members: Members, partitions: Counts) -> Assignment:
 
 def round_robin_assign(members: Members, partitions: Counts) -> Assignment:
     """Kafka's RoundRobinAssignor: every partition in order, to the next member (by id) subscribed to it."""
-    chosen: dict[str, list] = {m: [] for m in members}
+    chosen: dict[str, list[TopicPartition]] = {m: [] for m in members}
     order = sorted(members)
     turn = 0
     for topic in _live_topics(members, partitions):
@@ -127,12 +127,13 @@ def _sticky(members: Members, partitions: Counts, by_generation: bool) -> Assign
     return _frozen(_balanced_general(members, partitions, owned))
 
 
-def _balanced_equal(members: Members, partitions: Counts, owned: dict[str, set]) -> dict[str, list]:
+def _balanced_equal(members: Members, partitions: Counts,
+                    owned: dict[str, set[TopicPartition]]) -> dict[str, list[TopicPartition]]:
     """Equal subscriptions (Kafka's constrained builder): each member ends with the floor or the
     ceiling of an even share, keeps what it owns up to that, and the rest is dealt round-robin."""
     topics = _live_topics(members, partitions)
     low, ceil_slots = divmod(sum(partitions[t] for t in topics), len(members))
-    chosen: dict[str, list] = {}
+    chosen: dict[str, list[TopicPartition]] = {}
     # A ceiling share keeps one more owned partition only for a member owning more than the floor;
     # giving the ceilings to those owning most keeps as much as any balanced assignment can.
     for member in sorted(members, key=lambda m: (-len(owned[m]), m)):
@@ -164,7 +165,8 @@ def _balanced_equal(members: Members, partitions: Counts, owned: dict[str, set])
     return chosen
 
 
-def _balanced_general(members: Members, partitions: Counts, owned: dict[str, set]) -> dict[str, list]:
+def _balanced_general(members: Members, partitions: Counts,
+                      owned: dict[str, set[TopicPartition]]) -> dict[str, list[TopicPartition]]:
     """Different subscriptions (Kafka's uniform heterogeneous builder): keep everything owned, put each
     free partition on its topic's least loaded subscriber, then, topic by topic, move partitions from the
     most to the least loaded subscriber until no topic has two subscribers two or more apart."""
@@ -197,7 +199,7 @@ def _balanced_general(members: Members, partitions: Counts, owned: dict[str, set
     # Every move lowers the sum of squared counts, so this ends.
     while any([_even_out(subscribers[t], count, kept[t], fresh[t]) for t in movable]):
         pass
-    chosen: dict[str, list] = {m: [] for m in members}
+    chosen: dict[str, list[TopicPartition]] = {m: [] for m in members}
     for topic in subscribers:
         for side in (kept[topic], fresh[topic]):
             for member, parts in side.items():

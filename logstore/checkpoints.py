@@ -10,6 +10,7 @@ Layout (on-disk-format.md §6; marker §5.6), UTF-8 with `\\n` line endings:
 
 Every file is replaced atomically by `write_atomically` (tmp, fsync, rename,
 fsync the directory). Readers raise `CorruptCheckpointError` naming the line.
+Every function takes the `FileSystem` it goes through (`fs`, default the real one).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from logstore.errors import StorageError
+from logstore.filesystem import OS, FileSystem
 
 StrPath = str | os.PathLike[str]
 T = TypeVar("T")
@@ -52,40 +54,39 @@ class CorruptCheckpointError(StorageError):
         self.reason = reason
 
 
-def fsync_dir(directory: StrPath) -> None:
+def fsync_dir(directory: StrPath, fs: FileSystem = OS) -> None:
     """Make a rename or unlink in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fs.fsync_dir(os.fspath(directory))
 
 
-def write_atomically(path: StrPath, data: bytes, *, fsync: bool = True) -> None:
+def write_atomically(path: StrPath, data: bytes, *, fsync: bool = True, fs: FileSystem = OS) -> None:
     """Replace `path` with `data` so a crash leaves either the old or the new file."""
     target = os.fspath(path)
     tmp = target + ".tmp"
     try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
+        fd = fs.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[fs.write(fd, view):]
             if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, target)
+                fs.fsync(fd)
+        finally:
+            fs.close(fd)
+        fs.rename(tmp, target)
     except BaseException:
         try:
-            os.unlink(tmp)
+            fs.unlink(tmp)
         except FileNotFoundError:
             pass
         raise
     if fsync:
-        fsync_dir(os.path.dirname(os.path.abspath(target)))
+        fs.fsync_dir(os.path.dirname(os.path.abspath(target)))
 
 
-def _read_lines(path: StrPath) -> list[str]:
+def _read_lines(path: StrPath, fs: FileSystem) -> list[str]:
     """The file's lines without terminators; one final empty line is dropped."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = fs.read_file(os.fspath(path))
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -103,9 +104,10 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def read_checkpoint(path: StrPath, parse_entry: Callable[[str], T], *, version: int = 0) -> list[T]:
+def read_checkpoint(path: StrPath, parse_entry: Callable[[str], T], *, version: int = 0,
+                    fs: FileSystem = OS) -> list[T]:
     """The entries of a generic checkpoint; `parse_entry` raises ValueError on a bad line."""
-    lines = _read_lines(path)
+    lines = _read_lines(path, fs)
     if not lines:
         return []
     if not _INT.fullmatch(lines[0]) or int(lines[0]) != version:
@@ -128,12 +130,12 @@ def read_checkpoint(path: StrPath, parse_entry: Callable[[str], T], *, version: 
     return entries
 
 
-def write_checkpoint(path: StrPath, entries: list[str], version: int = 0) -> None:
+def write_checkpoint(path: StrPath, entries: list[str], version: int = 0, fs: FileSystem = OS) -> None:
     """Atomically write `entries` in the generic checkpoint format."""
     if any("\n" in e or "\r" in e for e in entries):
         raise ValueError("a checkpoint entry cannot contain a line break")
     text = f"{version}\n{len(entries)}\n" + "".join(f"{e}\n" for e in entries)
-    write_atomically(path, text.encode("utf-8"))
+    write_atomically(path, text.encode("utf-8"), fs=fs)
 
 
 def _parse_offset_entry(line: str) -> tuple[tuple[str, int], int]:
@@ -151,14 +153,15 @@ class OffsetCheckpoint:
     the log manager serialises reads and writes of each file.
     """
 
-    def __init__(self, path: StrPath):
+    def __init__(self, path: StrPath, fs: FileSystem = OS):
         self.path = path
+        self.fs = fs
 
     def read(self) -> dict[tuple[str, int], int]:
         """Offset per (topic, partition); a missing file means no partition has one yet."""
         try:
             # Duplicate keys keep the last value, as Kafka's reader does.
-            return dict(read_checkpoint(self.path, _parse_offset_entry))
+            return dict(read_checkpoint(self.path, _parse_offset_entry, fs=self.fs))
         except FileNotFoundError:
             return {}
 
@@ -167,7 +170,7 @@ class OffsetCheckpoint:
         for topic, _ in offsets:
             if not topic or topic.split() != [topic]:
                 raise ValueError(f"topic name {topic!r} cannot be written to a checkpoint")
-        write_checkpoint(self.path, [f"{t} {p} {offsets[t, p]}" for t, p in sorted(offsets)])
+        write_checkpoint(self.path, [f"{t} {p} {offsets[t, p]}" for t, p in sorted(offsets)], fs=self.fs)
 
 
 def _parse_epoch_entry(line: str) -> tuple[int, int]:
@@ -178,17 +181,17 @@ def _parse_epoch_entry(line: str) -> tuple[int, int]:
     return _parse_int(fields[0]), _parse_int(fields[1])
 
 
-def read_leader_epoch_checkpoint(path: StrPath) -> list[tuple[int, int]]:
+def read_leader_epoch_checkpoint(path: StrPath, fs: FileSystem = OS) -> list[tuple[int, int]]:
     """(epoch, start offset) entries in file order; a missing file has none."""
     try:
-        return read_checkpoint(path, _parse_epoch_entry)
+        return read_checkpoint(path, _parse_epoch_entry, fs=fs)
     except FileNotFoundError:
         return []
 
 
-def write_leader_epoch_checkpoint(path: StrPath, entries: list[tuple[int, int]]) -> None:
+def write_leader_epoch_checkpoint(path: StrPath, entries: list[tuple[int, int]], fs: FileSystem = OS) -> None:
     """Atomically replace the leader-epoch checkpoint with `entries`."""
-    write_checkpoint(path, [f"{epoch} {offset}" for epoch, offset in entries])
+    write_checkpoint(path, [f"{epoch} {offset}" for epoch, offset in entries], fs=fs)
 
 
 def topic_id_to_string(b: bytes) -> str:
@@ -206,12 +209,12 @@ def topic_id_from_string(s: str) -> bytes:
     return base64.urlsafe_b64decode(s + "==")
 
 
-def write_partition_metadata(path: StrPath, topic_id: bytes) -> None:
+def write_partition_metadata(path: StrPath, topic_id: bytes, fs: FileSystem = OS) -> None:
     """Atomically write partition.metadata for `topic_id` (16 bytes, not all zero)."""
     if topic_id == bytes(16):
         raise ValueError("the all-zero topic id cannot be written")
     text = f"version: 0\ntopic_id: {topic_id_to_string(topic_id)}"
-    write_atomically(path, text.encode("ascii"))
+    write_atomically(path, text.encode("ascii"), fs=fs)
 
 
 def _metadata_value(path: StrPath, lines: list[str], lineno: int, key: str) -> str:
@@ -222,9 +225,9 @@ def _metadata_value(path: StrPath, lines: list[str], lineno: int, key: str) -> s
     return parts[1]
 
 
-def read_partition_metadata(path: StrPath) -> bytes:
+def read_partition_metadata(path: StrPath, fs: FileSystem = OS) -> bytes:
     """The 16-byte topic id recorded in a partition.metadata file."""
-    lines = _read_lines(path)
+    lines = _read_lines(path, fs)
     version = _metadata_value(path, lines, 1, "version")
     topic_id_text = _metadata_value(path, lines, 2, "topic_id")
     if len(lines) > 2:
@@ -242,21 +245,21 @@ def read_partition_metadata(path: StrPath) -> bytes:
     return topic_id
 
 
-def write_clean_shutdown_marker(log_dir: StrPath, broker_epoch: int = 0) -> None:
+def write_clean_shutdown_marker(log_dir: StrPath, broker_epoch: int = 0, fs: FileSystem = OS) -> None:
     """Record in `log_dir` that every log in it was closed cleanly."""
     doc = json.dumps({"version": 0, "brokerEpoch": broker_epoch}, separators=(",", ":"))
-    write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER), doc.encode("ascii"))
+    write_atomically(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER), doc.encode("ascii"), fs=fs)
 
 
-def read_clean_shutdown_marker(log_dir: StrPath) -> bool:
+def read_clean_shutdown_marker(log_dir: StrPath, fs: FileSystem = OS) -> bool:
     """Whether `log_dir` was shut down cleanly; older Kafka wrote an empty marker."""
-    return os.path.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER))
+    return fs.exists(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER))
 
 
-def remove_clean_shutdown_marker(log_dir: StrPath) -> None:
+def remove_clean_shutdown_marker(log_dir: StrPath, fs: FileSystem = OS) -> None:
     """Durably forget the clean shutdown, so a crash from now on triggers recovery."""
     try:
-        os.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER))
+        fs.unlink(os.path.join(log_dir, CLEAN_SHUTDOWN_MARKER))
     except FileNotFoundError:
         return
-    fsync_dir(log_dir)
+    fs.fsync_dir(os.fspath(log_dir))

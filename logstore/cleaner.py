@@ -38,16 +38,15 @@ unchanged: their records are not compacted.
 from __future__ import annotations
 
 import logging
-import os
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping, Sequence
 
-from logstore.crash_points import crash_point
 from logstore.errors import StorageError
-from logstore.formats.kafka import LOG_OVERHEAD
+from logstore.filenames import CLEANED_SUFFIX
+from logstore.filesystem import OS, FileSystem
+from logstore.formats.kafka import LOG_OVERHEAD, entry_prefix, peek_header
 from logstore.index import AbortedTxn
-from logstore.loader import CLEANED_SUFFIX
 from logstore.log import Log
 from logstore.native.cleaner import OffsetMap, empty_batch, filter_batch
 from logstore.read_committed import collect_aborted
@@ -148,15 +147,14 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
 def _whole_entries(buf) -> int:
     """How many leading bytes of `buf` are whole entries (Kafka framing: offset, then size)."""
     pos, end = 0, len(buf)
-    while end - pos >= LOG_OVERHEAD:
-        size = LOG_OVERHEAD + int.from_bytes(buf[pos + 8:pos + 12], "big", signed=True)
-        if size <= LOG_OVERHEAD or size > end - pos:
+    while (prefix := entry_prefix(buf, pos)) is not None:
+        if prefix.size <= LOG_OVERHEAD or prefix.size > end - pos:
             break
-        pos += size
+        pos += prefix.size
     return pos
 
 
-def _read_spans(segment: LogSegment, position: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
+def _read_spans(segment: LogSegment, position: int, chunk: int, fs: FileSystem) -> Iterator[tuple[int, memoryview]]:
     """(file position, bytes) of whole entries from `position` on, about `chunk` bytes at a time.
 
     One read per chunk, as Kafka's cleaner reads into its I/O buffer; an entry
@@ -164,13 +162,13 @@ def _read_spans(segment: LogSegment, position: int, chunk: int) -> Iterator[tupl
     """
     end = segment.size
     while position < end:
-        buf = memoryview(os.pread(segment.fd, min(chunk, end - position), position))
+        buf = memoryview(fs.pread(segment.fd, min(chunk, end - position), position))
         used = _whole_entries(buf)
         if used == 0:
-            if len(buf) < LOG_OVERHEAD:
+            prefix = entry_prefix(buf)
+            if prefix is None:
                 return
-            size = LOG_OVERHEAD + int.from_bytes(buf[8:12], "big", signed=True)
-            buf = memoryview(os.pread(segment.fd, size, position))
+            buf = memoryview(fs.pread(segment.fd, prefix.size, position))
             used = _whole_entries(buf)
             if used == 0:
                 return   # a torn tail: recovery's business, not the cleaner's
@@ -274,8 +272,10 @@ class Cleaner:
 
     def __init__(self, dedupe_buffer_bytes: int = DEFAULT_DEDUPE_BUFFER_BYTES,
                  load_factor: float = 0.9, *, clock: Callable[[], int] | None = None,
-                 should_stop: Callable[[], bool] = lambda: False, io_buffer_bytes: int = DEFAULT_IO_BUFFER_BYTES):
+                 should_stop: Callable[[], bool] = lambda: False, io_buffer_bytes: int = DEFAULT_IO_BUFFER_BYTES,
+                 fs: FileSystem = OS):
         self._map_size = (dedupe_buffer_bytes, load_factor)
+        self._fs = fs
         self._offset_map = None
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._should_stop = should_stop
@@ -336,7 +336,7 @@ class Cleaner:
             found = segment.translate_offset(start) if segment.base_offset < start else None
             if found is not None:
                 position = found.position
-            for span_position, buf in _read_spans(segment, position, self._read_chunk):
+            for _position, buf in _read_spans(segment, position, self._read_chunk, self._fs):
                 self._check(target)
                 for entry in fmt.iter_entries(buf):
                     if entry.base_offset >= upper:
@@ -382,7 +382,7 @@ class Cleaner:
         fmt = target.format
         tracker.add_aborted(collect_aborted(segments, [s.base_offset for s in segments], segment.base_offset,
                                             segment.read_next_offset()))
-        for _, buf in _read_spans(segment, 0, self._read_chunk):
+        for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
             for entry in fmt.iter_entries(buf):
                 if entry.magic == 2 and entry.is_control:
                     tracker.on_marker(entry, fmt.read_marker(buf, entry.position).type_name)
@@ -394,7 +394,8 @@ class Cleaner:
                      stats: CleanerStats) -> None:
         config = target.config
         cleaned = LogSegment(target.directory, group[0].base_offset, index_interval_bytes=config.index_interval_bytes,
-                             max_index_size=config.segment_index_bytes, fmt=target.format, suffix=CLEANED_SUFFIX)
+                             max_index_size=config.segment_index_bytes, fmt=target.format, suffix=CLEANED_SUFFIX,
+                             fs=self._fs)
         try:
             tracker.kept_aborted = []
             segments = target.segments
@@ -414,9 +415,7 @@ class Cleaner:
             cleaned.on_becoming_inactive()
             cleaned.flush()
             # Kafka keeps the group's last modification time, which time-based retention reads.
-            mtime = os.stat(group[-1].log_path).st_mtime
-            os.utime(cleaned.log_path, (mtime, mtime))
-            crash_point("cleaner-cleaned-written")
+            self._fs.set_mtime(cleaned.log_path, self._fs.mtime(group[-1].log_path))
             self._check(target)
             if not target.replace_segments(cleaned, group):
                 raise CleaningAborted(f"{target.directory}: segments changed while cleaning")
@@ -431,7 +430,7 @@ class Cleaner:
         written_end = 0
         fmt = target.format
         retention = target.config.delete_retention_ms
-        for _, buf in _read_spans(segment, 0, self._read_chunk):
+        for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
             self._check(target)
             stats.bytes_read += len(buf)
             out, sizes = [], []
@@ -465,7 +464,7 @@ class Cleaner:
                 # An untouched batch is a view of the read buffer: joined below, copied once.
                 stats.records_kept += kept_count
                 out.append(result)
-                sizes.append((len(result), entry.last_offset, int.from_bytes(result[35:43], "big", signed=True)))
+                sizes.append((len(result), entry.last_offset, peek_header(result).max_timestamp))
             if out:
                 data = b"".join(out)
                 cleaned.append(data, sizes)

@@ -18,14 +18,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import NamedTuple, Sequence, TextIO
+from typing import Any, NamedTuple, TextIO
 
 from logstore.checkpoints import CorruptCheckpointError
 from logstore.cleaner import covering
+from logstore.filenames import LOG_SUFFIX
 from logstore.log_cleaner import read_cleaner_checkpoints, read_cleaner_state
 from logstore.manager import partition_key
-from logstore.segment import LOG_SUFFIX
 from logstore.topics import TOPIC_CONFIGS_FILE, read_topic_configs
 
 PROG = "logstore cleaner"
@@ -49,7 +50,7 @@ def _segments(directory: str) -> list[SegmentFile]:
     return sorted(found)
 
 
-def partition_rows(log_dir: str, default_policy: str = "delete") -> list[dict]:
+def partition_rows(log_dir: str, default_policy: str = "delete") -> list[dict[str, Any]]:
     """One row per compacted partition of a log dir, in topic and partition order."""
     try:
         _, overrides = read_topic_configs(os.path.join(log_dir, TOPIC_CONFIGS_FILE))

@@ -9,11 +9,17 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from logstore import __version__
 
-def _add_dump(commands) -> None:
+if TYPE_CHECKING:
+    from logstore.dump import RecordDecoder
+
+    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+
+def _add_dump(commands: _Commands) -> None:
     parser = commands.add_parser(
         "dump",
         help="print the files of a log dir: segments, indexes, snapshots, checkpoints (like kafka-dump-log.sh)",
@@ -86,7 +92,7 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def _dump_decoder(name: str | None):
+def _dump_decoder(name: str | None) -> RecordDecoder | None:
     """The record decoder a --*-decoder flag names; the broker's record schemas live in its layer."""
     from logstore import dump
     if name is None:
@@ -111,7 +117,7 @@ def _run_dump(args: argparse.Namespace) -> int:
     return dump.run(paths, options)
 
 
-def _add_broker(commands) -> None:
+def _add_broker(commands: _Commands) -> None:
     parser = commands.add_parser(
         "broker",
         help="run a single-node Kafka broker over a logstore store",
@@ -156,15 +162,15 @@ Failures are one or two lines on stderr; at --log-level DEBUG with the traceback
 
 
 def _run_broker(args: argparse.Namespace) -> int:
-    from logstore.broker import server
+    from logstore.broker import startup
     if args.config_file is not None and args.config is not None:
         sys.stderr.write("logstore broker: give the config file once: as an argument or as --config\n")
         return 2
-    return server.run(args.config if args.config is not None else args.config_file, args.override,
-                      log_levels=args.log_level, print_config=args.print_config)
+    return startup.run(args.config if args.config is not None else args.config_file, args.override,
+                       log_levels=args.log_level, print_config=args.print_config)
 
 
-def _add_cleaner(commands) -> None:
+def _add_cleaner(commands: _Commands) -> None:
     parser = commands.add_parser(
         "cleaner",
         help="show the log cleaner's state per compacted partition of data directories",
@@ -187,7 +193,7 @@ def _run_cleaner(args: argparse.Namespace) -> int:
     return cleaner_report.run(args.paths, default_policy=args.default_policy, as_json=args.as_json)
 
 
-def _admin_commands(parser: argparse.ArgumentParser, dest: str):
+def _admin_commands(parser: argparse.ArgumentParser, dest: str) -> tuple[_Commands, argparse.ArgumentParser]:
     """What the admin commands share: --bootstrap-server, a required COMMAND stored in `dest`, and a
     parent parser with --json for the subcommands; returns (subparsers, that parent)."""
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
@@ -200,7 +206,7 @@ def _admin_commands(parser: argparse.ArgumentParser, dest: str):
     return actions, common
 
 
-def _add_transactions(commands) -> None:
+def _add_transactions(commands: _Commands) -> None:
     parser = commands.add_parser(
         "transactions",
         help="list and describe transactions, find hanging ones (like kafka-transactions.sh)",
@@ -240,7 +246,7 @@ def _run_transactions(args: argparse.Namespace) -> int:
     return transactions_cli.run(args)
 
 
-def _add_groups(commands) -> None:
+def _add_groups(commands: _Commands) -> None:
     parser = commands.add_parser(
         "groups",
         help="list, describe and delete consumer groups, show lag, reset offsets (like kafka-consumer-groups.sh)",
@@ -318,7 +324,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the `logstore` command line; return the process exit status."""
     args = build_parser().parse_args(argv)
     try:
-        status = args.run(args)
+        status: int = args.run(args)
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader (e.g. `| head`) went away: stop quietly, as Python's docs advise.

@@ -45,12 +45,30 @@ import mmap
 import os
 import re
 import struct
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 from logstore.errors import CorruptRecordError
 from logstore.formats import kafka as K
-from logstore.metadata_schemas import (CONTROL_SCHEMAS, METADATA_BY_TYPE_NAME, METADATA_SCHEMAS, decode_message,
-                                       encode_message, leading_fields, put_uvarint, uvarint)
+from logstore.metadata_schemas import (
+    CONTROL_SCHEMAS,
+    METADATA_BY_TYPE_NAME,
+    METADATA_SCHEMAS,
+    decode_message,
+    encode_message,
+    leading_fields,
+    put_uvarint,
+    uvarint,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from logstore.metadata_schemas import LeadingReader
+
+    _Method = Callable[[Sequence[Any]], None]
+    _Use = tuple[LeadingReader, _Method]
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +95,7 @@ class MetadataRecord:
     api_key: int
     type_name: str
     version: int
-    data: dict
+    data: dict[str, Any]
     note: str | None = None
 
 
@@ -121,7 +139,7 @@ def _frame(buf: bytes) -> tuple[int, int, int]:
     return api_key, version, end
 
 
-def decode_metadata_record(value: bytes) -> MetadataRecord:
+def decode_metadata_record(value: bytes | None) -> MetadataRecord:
     """The metadata record in a record value; CorruptRecordError if it is not one Kafka could have written."""
     if value is None:
         raise CorruptRecordError("a metadata record without a value")
@@ -143,7 +161,7 @@ def decode_metadata_record(value: bytes) -> MetadataRecord:
     return MetadataRecord(api_key, schema.type_name, version, data)
 
 
-def decode_control_record(control_type: int, value: bytes) -> dict:
+def decode_control_record(control_type: int, value: bytes | None) -> dict[str, Any]:
     """A KRaft control record's value (types 2-6) under Kafka's JSON names; {} for another type."""
     schema = CONTROL_SCHEMAS.get(control_type)
     if schema is None:
@@ -161,7 +179,7 @@ def decode_control_record(control_type: int, value: bytes) -> dict:
     return data
 
 
-def encode_metadata_record(type_name: str, version: int, data: dict) -> bytes:
+def encode_metadata_record(type_name: str, version: int, data: dict[str, Any]) -> bytes:
     """The record value Kafka writes for this record (type as TOPIC_RECORD or TopicRecord).
 
     Fields left out take Kafka's defaults; ValueError for an unknown type, version or field.
@@ -176,7 +194,7 @@ def encode_metadata_record(type_name: str, version: int, data: dict) -> bytes:
     return bytes(out)
 
 
-def encode_control_record(control_type: int, data: dict) -> bytes:
+def encode_control_record(control_type: int, data: dict[str, Any]) -> bytes:
     """The value of a KRaft control record (types 2-6) at version 0, for tests and benches."""
     schema = CONTROL_SCHEMAS[control_type]
     out = bytearray()
@@ -189,22 +207,24 @@ def encode_control_record(control_type: int, data: dict) -> bytes:
 class _Image:
     """The state a replay builds up: one method per record type it honours, given the record's leading fields."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.names: dict[bytes, str] = {}             # topic id -> name
         self.partitions: dict[bytes, set[int]] = {}   # topic id -> partition ids
         self.topic_configs: dict[str, dict[str, str]] = {}
         self.broker_configs: dict[str, str] = {}
         self.features: dict[str, int] = {}
         self.next_producer_id: int | None = None
-        self.pending: list | None = None              # (handler, fields) of an open metadata transaction
+        # (handler, fields) of an open metadata transaction
+        self.pending: list[tuple[_Method, Sequence[Any]]] | None = None
         # api key -> (method, how many leading fields it reads)
-        self.uses = {TOPIC: (self.topic, 2), PARTITION: (self.partition, 2), CONFIG: (self.config, 4),
-                     REMOVE_TOPIC: (self.remove_topic, 1), FEATURE_LEVEL: (self.feature_level, 2),
-                     PRODUCER_IDS: (self.producer_ids, 3)}
+        self.uses: dict[int, tuple[_Method, int]] = {
+            TOPIC: (self.topic, 2), PARTITION: (self.partition, 2), CONFIG: (self.config, 4),
+            REMOVE_TOPIC: (self.remove_topic, 1), FEATURE_LEVEL: (self.feature_level, 2),
+            PRODUCER_IDS: (self.producer_ids, 3)}
         # api key << 16 | version -> (reader of the leading fields, method), or None for a record not used
-        self.dispatch: dict[int, tuple | None] = {}
+        self.dispatch: dict[int, _Use | None] = {}
 
-    def apply(self, records) -> None:
+    def apply(self, records: Iterable[K.Record]) -> None:
         """Replay decoded Records (a batch's) in order."""
         dispatch, pending = self.dispatch, self.pending
         for record in records:
@@ -218,7 +238,7 @@ class _Image:
             if BEGIN_TXN <= api_key <= ABORT_TXN:
                 pending = self.transaction(api_key)
                 continue
-            use = dispatch.get(api_key << 16 | version, False)
+            use: _Use | None | Literal[False] = dispatch.get(api_key << 16 | version, False)
             if use is False:
                 use = self.dispatch[api_key << 16 | version] = self.lookup(api_key, version)
             if use is not None:
@@ -228,13 +248,13 @@ class _Image:
                 else:
                     pending.append((method, read(value, pos)))
 
-    def lookup(self, api_key: int, version: int) -> tuple | None:
+    def lookup(self, api_key: int, version: int) -> _Use | None:
         if api_key not in self.uses:
             return None
         method, count = self.uses[api_key]
         return leading_fields(METADATA_SCHEMAS[api_key], version, count), method
 
-    def transaction(self, api_key: int) -> list | None:
+    def transaction(self, api_key: int) -> list[tuple[_Method, Sequence[Any]]] | None:
         pending = self.pending
         if api_key == BEGIN_TXN:
             self.pending = [] if pending is None else pending   # Kafka refuses a nested begin
@@ -246,18 +266,18 @@ class _Image:
             self.pending = None
         return self.pending
 
-    def topic(self, fields):
+    def topic(self, fields: Sequence[Any]) -> None:
         name, topic_id = fields
         self.names[topic_id] = name
         self.partitions[topic_id] = set()
 
-    def partition(self, fields):
+    def partition(self, fields: Sequence[Any]) -> None:
         number, topic_id = fields
         partitions = self.partitions.get(topic_id)
         if partitions is not None:  # Kafka's controller never writes one for a topic it does not have
             partitions.add(number)
 
-    def config(self, fields):
+    def config(self, fields: Sequence[Any]) -> None:
         resource_type, resource, name, setting = fields
         if resource_type == CONFIG_TOPIC:
             configs = self.topic_configs.setdefault(resource, {})
@@ -270,20 +290,20 @@ class _Image:
         else:
             configs[name] = setting
 
-    def remove_topic(self, fields):
+    def remove_topic(self, fields: Sequence[Any]) -> None:
         name = self.names.pop(fields[0], None)
         self.partitions.pop(fields[0], None)
         if name is not None:
             self.topic_configs.pop(name, None)
 
-    def feature_level(self, fields):
+    def feature_level(self, fields: Sequence[Any]) -> None:
         name, level = fields
         if level == 0 and name != METADATA_VERSION:
             self.features.pop(name, None)
         else:
             self.features[name] = level
 
-    def producer_ids(self, fields):
+    def producer_ids(self, fields: Sequence[Any]) -> None:
         self.next_producer_id = fields[2]
 
     def result(self, end_offset: int, snapshot: str | None) -> ClusterMetadata:
@@ -297,12 +317,12 @@ class _Image:
 
 # -- the directory ---------------------------------------------------------------------------------
 
-def _whole_batches(view) -> tuple[list, bool]:
+def _whole_batches(view: Buffer) -> tuple[list[K.BatchHeader], bool]:
     """The batches of a file's bytes up to the first partial or bad one, and whether all were whole."""
-    headers = K.scan_entries(view)
-    if headers is not None:
-        return headers, True
-    headers = []
+    scanned = K.scan_entries(view)
+    if scanned is not None:
+        return scanned, True
+    headers: list[K.BatchHeader] = []
     entries = K.iter_entries(view, 0, verify_crc=True)
     try:
         for entry in entries:
@@ -316,9 +336,9 @@ def _whole_batches(view) -> tuple[list, bool]:
     return headers, False
 
 
-def _is_snapshot(view, headers: list) -> bool:
+def _is_snapshot(view: Buffer, headers: list[K.BatchHeader]) -> bool:
     """Whether a snapshot's batches open with a SnapshotHeader and close with a SnapshotFooter."""
-    def control_type(header, last: bool) -> int | None:
+    def control_type(header: K.BatchHeader, last: bool) -> int | None:
         if not header.is_control:
             return None
         records = K.decode_records(view, header.position, verify_crc=False)
@@ -333,7 +353,7 @@ def _is_snapshot(view, headers: list) -> bool:
 class _MappedFile:
     """A file's bytes mapped read-only (an empty file maps to b"")."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str) -> None:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             self.map = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) if size else None
@@ -341,17 +361,18 @@ class _MappedFile:
 
     def close(self) -> None:
         if self.map is not None:
-            self.view.release()
+            if isinstance(self.view, memoryview):  # always, with a map: not b""
+                self.view.release()
             self.map.close()
 
 
-def _replay_snapshot(image: _Image, path: str, view, headers: list) -> None:
+def _replay_snapshot(image: _Image, path: str, view: Buffer, headers: list[K.BatchHeader]) -> None:
     for header in headers:
         if not header.is_control:
             _apply_batch(image, path, header, K.decode_records(view, header.position, verify_crc=False))
 
 
-def _apply_batch(image: _Image, path: str, header, records) -> None:
+def _apply_batch(image: _Image, path: str, header: K.BatchHeader, records: Iterable[K.Record]) -> None:
     try:
         image.apply(records)
     except (struct.error, IndexError):
@@ -365,13 +386,13 @@ def _apply_batch(image: _Image, path: str, header, records) -> None:
 class _LogReplay:
     """The replay of the log segments after the snapshot: from `next_offset` on, offsets increasing."""
 
-    def __init__(self, image: _Image, next_offset: int, directory: str):
+    def __init__(self, image: _Image, next_offset: int, directory: str | os.PathLike[str]) -> None:
         self.image = image
         self.next_offset = next_offset
         self.directory = directory
         self.started = False
 
-    def segment(self, path: str, view, headers: list) -> bool:
+    def segment(self, path: str, view: Buffer, headers: list[K.BatchHeader]) -> bool:
         """Replay a segment's batches; False if one of them ends the log (offsets not increasing)."""
         image, next_offset = self.image, self.next_offset
         for header in headers:
@@ -397,7 +418,7 @@ class _LogReplay:
         return True
 
 
-def read_cluster_metadata(partition_dir) -> ClusterMetadata | None:
+def read_cluster_metadata(partition_dir: str | os.PathLike[str]) -> ClusterMetadata | None:
     """Replay a `__cluster_metadata-0` directory (see the module docstring); None if it holds no metadata.
 
     Raises CorruptRecordError for a record Kafka could not have written inside a batch

@@ -8,8 +8,9 @@ and a refusal reads as Kafka's ConfigException does.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
-from typing import Any, Mapping
+from typing import Any
 
 from logstore.errors import InvalidConfigError
 
@@ -80,14 +81,14 @@ class LogConfig:
     delete_retention_ms: int = 86_400_000
 
     @classmethod
-    def from_properties(cls, props: Mapping[str, Any] | None = None, base: "LogConfig | None" = None) -> "LogConfig":
+    def from_properties(cls, props: Mapping[str, Any] | None = None, base: LogConfig | None = None) -> LogConfig:
         """A config from Kafka names (topic-level or broker-level) over `base` or the defaults."""
         return (base or cls()).with_overrides(props or {})
 
-    def with_overrides(self, props: Mapping[str, Any]) -> "LogConfig":
+    def with_overrides(self, props: Mapping[str, Any]) -> LogConfig:
         """This config with some values replaced; names are Kafka's, unknown names are refused."""
         changes: dict[str, Any] = {}
-        hours = {}
+        hours: dict[tuple[str, bool], int] = {}
         for name, value in props.items():
             if name in HOURS_ALIASES:
                 minutes = name.endswith("minutes")

@@ -1,9 +1,14 @@
-"""A test-only crash switch: SIGKILL this process at a named point (coordinators, the log cleaner).
+"""A test-only crash switch: SIGKILL this process at a named step of the transaction coordinator.
 
 `LOGSTORE_CRASH_AT=name` (or `name:N`, the N-th time the point is reached)
 kills the process there with SIGKILL, as a power cut would stop it. Tests set
 it on a broker subprocess to prove that a restart finishes what was decided.
 Without the variable the check is one comparison.
+
+Being retired: every point sits at an fsync or rename boundary, where a test's
+fault-injecting file system (passed as `fs`) cuts the power under the same
+name. The log cleaner's points have moved there already (tests/storage/
+fault_fs.py's NAMED_POINTS); the coordinator's follow.
 """
 from __future__ import annotations
 

@@ -42,15 +42,28 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
-from logstore.checkpoints import (LEADER_EPOCH_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT, RECOVERY_POINT_CHECKPOINT,
-                                  REPLICATION_OFFSET_CHECKPOINT)
+from logstore.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from logstore.cluster_metadata import decode_metadata_record
 from logstore.dump_index import dump_offset_index, dump_time_index, dump_txn_index
-from logstore.dump_records import RecordDecoder, SegmentScan, UnknownRecordType, bytes_json, json_value, text_of
+from logstore.dump_records import (
+    JsonDict,
+    RecordDecoder,
+    SegmentScan,
+    UnknownRecordType,
+    bytes_json,
+    json_value,
+    text_of,
+)
 from logstore.dump_segment import base_offset_of, batch_line, dump_segment, record_line
 from logstore.dump_state import dump_leader_epoch_checkpoint, dump_offset_checkpoint, dump_producer_snapshot
 
@@ -113,7 +126,7 @@ class DumpOptions:
         return self.deep or self.prints_data
 
 
-def _metadata_record(key, value) -> tuple[None, dict]:
+def _metadata_record(key: bytes | None, value: bytes | None) -> tuple[None, JsonDict]:
     record = decode_metadata_record(value)
     payload = {"type": record.type_name, "version": record.version, "data": json_value(record.data)}
     if record.note is not None:  # a type or version this reader does not know: shown, not an error
@@ -198,9 +211,10 @@ def _dispatch(path: Path, kind: str, o: DumpOptions, out: TextIO, report: _Probl
         elif kind == TXN_INDEX:
             dump_txn_index(path, base_offset, out=out, report=report, as_json=o.as_json)
         else:
-            log_path = path.with_name(f"{path.name.split('.', 1)[0]}.log")
-            if not log_path.is_file():
-                report(f"no {log_path.name} beside it: its entries are not checked against the log", BAD_PATH)
+            beside = path.with_name(f"{path.name.split('.', 1)[0]}.log")
+            log_path: Path | None = beside
+            if not beside.is_file():
+                report(f"no {beside.name} beside it: its entries are not checked against the log", BAD_PATH)
                 log_path = None
             dump = dump_offset_index if kind == OFFSET_INDEX else dump_time_index
             dump(path, base_offset, log_path, out=out, report=report, as_json=o.as_json,

@@ -47,8 +47,9 @@ from __future__ import annotations
 import bisect
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from logstore.dump_segment import Report, open_mapped
 from logstore.errors import CorruptRecordError
@@ -111,7 +112,7 @@ def _open_log(log_path: Path | None, report: Report) -> LogBatches | None:
 
 
 def _document(path: Path, kind: str, base_offset: int, log_path: Path | None, problems: list[str],
-              **fields) -> str:
+              **fields: Any) -> str:
     doc = {"file": str(path), "kind": kind, "baseOffset": base_offset, "sizeInBytes": path.stat().st_size,
            "logFile": None if log_path is None else str(log_path), "entries": None, "sanityCheck": None,
            "partialTail": None}
@@ -136,7 +137,7 @@ def dump_offset_index(path: Path, base_offset: int, log_path: Path | None, *, ou
     log = None
     try:
         log = _open_log(log_path, report)
-        fields: dict = {}
+        fields: dict[str, Any] = {}
         if index.entries == 0:
             fields["entries"] = []
             if not as_json:
@@ -150,7 +151,7 @@ def dump_offset_index(path: Path, base_offset: int, log_path: Path | None, *, ou
                 offset, position = index.entry(slot)
                 if slot and offset == base_offset:  # preallocated zeros: no more entries
                     break
-                if log is not None:
+                if log is not None and log_path is not None:
                     _check_offset_entry(log, log_path, offset, position, report)
                 entries.append({"offset": offset, "position": position})
                 if not verify_only and not as_json:
@@ -175,7 +176,8 @@ def _check_offset_entry(log: LogBatches, log_path: Path, offset: int, position: 
         report(f"Index offset: {offset}, log offset: {log.positions[position]} (batch at position {position})")
 
 
-def _sanity(path: Path, check, out: TextIO, report: Report, as_json: bool) -> dict:
+def _sanity(path: Path, check: Callable[[], object], out: TextIO, report: Report,
+            as_json: bool) -> dict[str, Any]:
     try:
         check()
     except CorruptIndexError as exc:
@@ -196,7 +198,7 @@ def dump_time_index(path: Path, base_offset: int, log_path: Path | None, *, out:
     log = None
     try:
         log = _open_log(log_path, report)
-        fields: dict = {}
+        fields: dict[str, Any] = {}
         if sanity_only:
             fields["sanityCheck"] = _sanity(path, index.sanity_check, out, report, as_json)
         else:

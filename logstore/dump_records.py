@@ -45,19 +45,19 @@ One dict per entry, field names and byte encoding those of `spec/vectors/*.json`
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from logstore.cluster_metadata import decode_control_record
 from logstore.errors import CorruptRecordError
 from logstore.formats import kafka as K
 
-# The entry prefix common to every format (§1); read here only to skip or
-# describe an entry the codec refuses, and to tell a torn tail from garbage.
-_PREFIX = 17
-_MIN_ENTRY_SIZE = 14
-# Where the codecs report a CRC mismatch, relative to the entry: the CRC field itself.
-_V2_CRC_AT, _LEGACY_CRC_AT = 17, 12
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+JsonDict = dict[str, Any]
+"""A JSON object as the dump builds it (schema in the module docstring)."""
 
 _TS_JSON = {0: "CREATE_TIME", 1: "LOG_APPEND_TIME", None: None}
 KRAFT_CONTROL_TYPES = range(2, 7)
@@ -98,7 +98,7 @@ def text_of(data: bytes) -> str | None:
     return text if text.isprintable() else None
 
 
-def bytes_json(data: bytes | None) -> dict | None:
+def bytes_json(data: bytes | None) -> JsonDict | None:
     """The JSON encoding of a key, value or header value: {"hex", "utf8"?} or None."""
     if data is None:
         return None
@@ -113,16 +113,17 @@ def _reason(exc: Exception) -> str:
     return f"unexpected {type(exc).__name__} from the decoder (a logstore bug): {exc}"
 
 
-def _problem(exc: Exception, fallback_position: int) -> dict:
+def _problem(exc: Exception, fallback_position: int) -> JsonDict:
     known = isinstance(exc, CorruptRecordError) and exc.position >= 0
-    return {"position": exc.position if known else fallback_position, "message": _reason(exc)}
+    position = exc.position if isinstance(exc, CorruptRecordError) and known else fallback_position
+    return {"position": position, "message": _reason(exc)}
 
 
 def _is_crc_mismatch(exc: Exception, crc_position: int) -> bool:
     return isinstance(exc, CorruptRecordError) and exc.position == crc_position
 
 
-def json_value(value):
+def json_value(value: object) -> Any:
     """A decoded message as JSON: byte strings base64 (as Kafka's JSON converters write them)."""
     if isinstance(value, (bytes, bytearray, memoryview)):
         return base64.b64encode(bytes(value)).decode("ascii")
@@ -133,8 +134,9 @@ def json_value(value):
     return value
 
 
-def _kraft_control_json(control_type: int, value) -> dict:
-    return json_value(decode_control_record(control_type, value))
+def _kraft_control_json(control_type: int, value: bytes | None) -> JsonDict:
+    data: JsonDict = json_value(decode_control_record(control_type, value))
+    return data
 
 
 class SegmentScan:
@@ -150,7 +152,7 @@ class SegmentScan:
     and `corrupt` says whether anything was wrong.
     """
 
-    def __init__(self, buf, *, deep: bool = False, print_data: bool | None = None,
+    def __init__(self, buf: Buffer, *, deep: bool = False, print_data: bool | None = None,
                  decoder: RecordDecoder | None = None, limited: bool = False):
         self._buf = buf
         self._deep = deep or bool(print_data)
@@ -159,20 +161,20 @@ class SegmentScan:
         self._limited = limited
         self._last_offset: int | None = None
         self.gaps: list[tuple[int, int]] = []
-        self.partial_tail: dict | None = None
-        self.error: dict | None = None
+        self.partial_tail: JsonDict | None = None
+        self.error: JsonDict | None = None
         self.corrupt = False
 
-    def __iter__(self) -> Iterator[dict]:
+    def __iter__(self) -> Iterator[JsonDict]:
         view = memoryview(self._buf)
         try:
-            pos = 0
+            pos: int | None = 0
             while pos is not None:
                 pos = yield from self._walk(view, pos)
         finally:
             view.release()
 
-    def _walk(self, view, pos: int):
+    def _walk(self, view: memoryview, pos: int) -> Generator[JsonDict, None, int | None]:
         """Yield entries from `pos`; return where to resume after a refused entry, or None at the end."""
         entries = K.iter_entries(view, pos, verify_crc=False)
         try:
@@ -187,13 +189,14 @@ class SegmentScan:
                     if refused is None:
                         return None
                     yield refused
-                    return pos + refused["sizeInBytes"]
+                    skipped: int = refused["sizeInBytes"]
+                    return pos + skipped
                 yield self._describe(view, entry)
                 pos = K.entry_end(entry)
         finally:
             entries.close()
 
-    def _describe(self, view, entry) -> dict:
+    def _describe(self, view: memoryview, entry: K.Entry) -> JsonDict:
         if isinstance(entry, K.LegacyEntry):
             batch = self._legacy(view, entry)
         else:
@@ -202,13 +205,13 @@ class SegmentScan:
             self.corrupt = True
         return batch
 
-    def _v2(self, view, h) -> dict:
-        errors = []
+    def _v2(self, view: memoryview, h: K.BatchHeader) -> JsonDict:
+        errors: list[JsonDict] = []
         try:
             K.validate_batch(view, h.position)
             crc_valid = True
         except CorruptRecordError as exc:
-            crc_valid = not _is_crc_mismatch(exc, h.position + _V2_CRC_AT)
+            crc_valid = not _is_crc_mismatch(exc, K.crc_position(h))
             errors.append(_problem(exc, h.position))
         batch = {
             "position": h.position, "sizeInBytes": h.size_in_bytes, "magic": h.magic,
@@ -228,7 +231,7 @@ class SegmentScan:
             batch["records"] = self._v2_records(view, h, errors)
         return batch
 
-    def _v2_records(self, view, h, errors: list) -> list:
+    def _v2_records(self, view: memoryview, h: K.BatchHeader, errors: list[JsonDict]) -> list[JsonDict]:
         try:
             records = K.decode_records(view, h.position, verify_crc=False)
         except CorruptRecordError as exc:
@@ -246,7 +249,7 @@ class SegmentScan:
             out.append(item)
         return out
 
-    def _control(self, record, item: dict, position: int, errors: list) -> None:
+    def _control(self, record: K.Record, item: JsonDict, position: int, errors: list[JsonDict]) -> None:
         try:
             control = K.read_control_record(record)
         except CorruptRecordError as exc:
@@ -262,25 +265,27 @@ class SegmentScan:
                 errors.append({"position": position, "message": f"record at offset {record.offset}: "
                                                                 f"{control.type_name} record: {_reason(exc)}"})
 
-    def _decode(self, record, position: int, errors: list) -> dict:
+    def _decode(self, record: K.Record, position: int, errors: list[JsonDict]) -> JsonDict:
+        decoder = self._decoder
+        assert decoder is not None  # callers decode only when a decoder was given
         try:
-            key, payload = self._decoder.decode(record.key, record.value)
+            key, payload = decoder.decode(record.key, record.value)
         except UnknownRecordType as exc:
             return {"unknownRecordType": exc.record_type}
         except Exception as exc:  # noqa: BLE001 - every failure is a report, none a traceback
             reason = _reason(exc)
             errors.append({"position": position, "message": f"record at offset {record.offset}: "
-                                                            f"the {self._decoder.name} cannot read it: {reason}"})
+                                                            f"the {decoder.name} cannot read it: {reason}"})
             return {"error": reason}
         return {"key": key, "payload": payload}
 
-    def _legacy(self, view, entry) -> dict:
-        errors = []
+    def _legacy(self, view: memoryview, entry: K.LegacyEntry) -> JsonDict:
+        errors: list[JsonDict] = []
         try:
             K.decode_legacy(view, entry.position)
             crc_valid = True
         except CorruptRecordError as exc:
-            crc_valid = not _is_crc_mismatch(exc, entry.position + _LEGACY_CRC_AT)
+            crc_valid = not _is_crc_mismatch(exc, K.crc_position(entry))
             errors.append(_problem(exc, entry.position))
         v0 = entry.magic == 0
         batch = {
@@ -301,12 +306,12 @@ class SegmentScan:
             batch["records"] = records
         return batch
 
-    def _record_json(self, record, *, magic: int) -> dict:
+    def _record_json(self, record: K.Record, *, magic: int) -> JsonDict:
         if self._last_offset is not None and record.offset != self._last_offset + 1:
             self.gaps.append((self._last_offset, record.offset))
         self._last_offset = record.offset
         key, value = record.key, record.value
-        item = {"offset": record.offset, "timestamp": None if magic == 0 else record.timestamp,
+        item: JsonDict = {"offset": record.offset, "timestamp": None if magic == 0 else record.timestamp,
                 "keySize": -1 if key is None else len(key), "valueSize": -1 if value is None else len(value)}
         if self._print_data:
             item["key"], item["value"] = bytes_json(key), bytes_json(value)
@@ -315,31 +320,29 @@ class SegmentScan:
             item["headers"] = [[k, None] for k, _ in record.headers]
         return item
 
-    def _refused(self, view, pos: int, exc: Exception) -> dict | None:
+    def _refused(self, view: memoryview, pos: int, exc: Exception) -> JsonDict | None:
         """Describe the entry at `pos` that the codec refused; None if reading must stop."""
         self.corrupt = True
         problem = _problem(exc, pos)
-        remaining = len(view) - pos
-        if remaining >= _PREFIX:
-            offset = int.from_bytes(view[pos:pos + 8], "big", signed=True)
-            size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
-            magic = view[pos + 16]
-            if size >= _MIN_ENTRY_SIZE and 12 + size <= remaining and magic in (0, 1, 2):
-                return {"position": pos, "sizeInBytes": 12 + size, "magic": magic,
-                        ("baseOffset" if magic == 2 else "offset"): offset,
-                        "crcValid": None, "errors": [problem]}
+        # The entry's prefix alone says how far to skip, when its size and magic are sound.
+        prefix = K.entry_prefix(view, pos)
+        if prefix is not None and prefix.is_framed and prefix.size <= len(view) - pos:
+            return {"position": pos, "sizeInBytes": prefix.size, "magic": prefix.magic,
+                    ("baseOffset" if prefix.magic == 2 else "offset"): prefix.offset,
+                    "crcValid": None, "errors": [problem]}
         self.error = dict(problem, entryPosition=pos)
         return None
 
-    def _tail(self, view, pos: int) -> None:
+    def _tail(self, view: memoryview, pos: int) -> None:
         remaining = len(view) - pos
         if remaining == 0:
             return
         # A torn write still starts with a real magic byte; anything else is garbage, not a tail.
-        if remaining >= _PREFIX and view[pos + 16] not in (0, 1, 2):
+        prefix = K.entry_prefix(view, pos)
+        if prefix is not None and prefix.magic not in K.KNOWN_MAGICS:
             self.corrupt = True
-            self.error = {"position": pos + 16, "entryPosition": pos,
-                          "message": f"unknown magic byte {view[pos + 16]} in an entry that runs past "
+            self.error = {"position": prefix.magic_position, "entryPosition": pos,
+                          "message": f"unknown magic byte {prefix.magic} in an entry that runs past "
                                      f"the end of the file"}
             return
         if not self._limited:  # cut at --max-bytes: the rest of the file was not read

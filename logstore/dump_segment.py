@@ -43,10 +43,11 @@ from __future__ import annotations
 import json
 import mmap
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, TextIO
+from typing import TextIO
 
-from logstore.dump_records import RecordDecoder, SegmentScan
+from logstore.dump_records import JsonDict, RecordDecoder, SegmentScan
 
 _TS_TEXT = {"CREATE_TIME": "CreateTime", "LOG_APPEND_TIME": "LogAppendTime", None: "NoTimestampType"}
 # The label Kafka prints before the JSON of a KRaft control record.
@@ -65,7 +66,7 @@ def base_offset_of(path: Path) -> int | None:
     return int(digits) if digits.isascii() and digits.isdigit() else None
 
 
-def compact_json(value) -> str:
+def compact_json(value: object) -> str:
     """`value` as Kafka's tools print JSON: no spaces, non-ASCII kept."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
@@ -74,15 +75,16 @@ def compact_json(value) -> str:
 # Text rendering (Kafka's DumpLogSegments layout)
 
 
-def _shown(data: dict) -> str:
-    return data["utf8"] if "utf8" in data else "0x" + data["hex"]
+def _shown(data: JsonDict) -> str:
+    text: str = data["utf8"] if "utf8" in data else "0x" + data["hex"]
+    return text
 
 
 def _flag(value: bool) -> str:
     return "true" if value else "false"
 
 
-def batch_line(b: dict) -> str:
+def batch_line(b: JsonDict) -> str:
     """The DumpLogSegments line of one batch dict."""
     if b["crcValid"] is None:  # refused by the codec: only the framing is known
         label = "baseOffset" if b["magic"] == 2 else "offset"
@@ -107,7 +109,7 @@ def batch_line(b: dict) -> str:
             f"crc: {b['crc']} isvalid: {_flag(b['crcValid'])}")
 
 
-def _control_text(r: dict) -> str:
+def _control_text(r: JsonDict) -> str:
     control = r["controlKey"]
     marker = r.get("endTxnMarker")
     if marker is not None:
@@ -117,7 +119,7 @@ def _control_text(r: dict) -> str:
     return f"controlType: {control['typeName']}({control['type']})"
 
 
-def _data_text(r: dict) -> list[str]:
+def _data_text(r: JsonDict) -> list[str]:
     """The "key: ... payload: ..." parts of a data record, raw or decoded (Kafka's parser output)."""
     decoded = r.get("decoded")
     if decoded is None:
@@ -130,7 +132,7 @@ def _data_text(r: dict) -> list[str]:
     else:
         key = None if decoded["key"] is None else _as_text(decoded["key"])
         payload = None if decoded["payload"] is None else _as_text(decoded["payload"])
-    parts = []
+    parts: list[str] = []
     if key is not None:
         parts.append(f"key: {key}")
     if payload is not None:
@@ -138,11 +140,11 @@ def _data_text(r: dict) -> list[str]:
     return parts
 
 
-def _as_text(value) -> str:
+def _as_text(value: object) -> str:
     return value if isinstance(value, str) else compact_json(value)
 
 
-def record_line(b: dict, r: dict, *, print_data: bool = True, skip_metadata: bool = False) -> str | None:
+def record_line(b: JsonDict, r: JsonDict, *, print_data: bool = True, skip_metadata: bool = False) -> str | None:
     """The DumpLogSegments "| offset: ..." line of one record of batch `b`; None when nothing shows
     (a control record, or a record without key and payload, under `skip_metadata`)."""
     is_control = b["magic"] == 2 and b["isControl"]
@@ -165,7 +167,7 @@ def record_line(b: dict, r: dict, *, print_data: bool = True, skip_metadata: boo
 # Files
 
 
-def open_mapped(path: Path):
+def open_mapped(path: Path) -> tuple[bytes | mmap.mmap, Callable[[], None]]:
     """(buffer, closer) for a file's bytes, memory-mapped when non-empty; OSError if unreadable."""
     with open(path, "rb") as f:
         size = f.seek(0, 2)
@@ -173,7 +175,7 @@ def open_mapped(path: Path):
             return b"", lambda: None
         mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 
-    def close():
+    def close() -> None:
         try:
             mapped.close()
         except BufferError:  # a view still alive; the map goes with it
@@ -186,13 +188,13 @@ def is_kraft_snapshot(path: Path) -> bool:
     return path.name.endswith(".checkpoint")
 
 
-def _heading(path: Path) -> tuple[dict, str]:
+def _heading(path: Path) -> tuple[JsonDict, str]:
     """The JSON fields and the text line that name what a segment-like file holds."""
     if not is_kraft_snapshot(path):
         start = base_offset_of(path)
         shown = "unknown (file name is not <offset>.log)" if start is None else start
         return {"kind": "log", "logStartOffset": start}, f"Log starting offset: {shown}"
-    fields = {"kind": "kraftSnapshot", "snapshotEndOffset": None, "snapshotEpoch": None,
+    fields: JsonDict = {"kind": "kraftSnapshot", "snapshotEndOffset": None, "snapshotEpoch": None,
               "bootstrap": path.name == BOOTSTRAP_SNAPSHOT}
     if fields["bootstrap"]:
         return fields, "KRaft bootstrap snapshot"
@@ -221,7 +223,7 @@ def dump_segment(path: Path, *, out: TextIO, report: Report, as_json: bool = Fal
             _write_json(path, dict(fields, sizeInBytes=size, maxBytes=max_bytes), scan, out, report)
         else:
             _write_text(path, heading, scan, out, report, print_data=print_data, skip_metadata=skip_metadata)
-        if view is not buf:
+        if isinstance(view, memoryview):  # the --max-bytes slice (buf itself is never one)
             view.release()
     finally:
         close()
@@ -230,7 +232,7 @@ def dump_segment(path: Path, *, out: TextIO, report: Report, as_json: bool = Fal
                f"{scan.error['message']} (at byte {scan.error['position']})")
 
 
-def _report_batch(batch: dict, report: Report) -> None:
+def _report_batch(batch: JsonDict, report: Report) -> None:
     for problem in batch["errors"]:
         report(f"batch at position {batch['position']}: {problem['message']} (at byte {problem['position']})")
 
@@ -255,7 +257,7 @@ def _write_text(path: Path, heading: str, scan: SegmentScan, out: TextIO, report
             print(f"  {first} is followed by {second}", file=out)
 
 
-def _write_json(path: Path, fields: dict, scan: SegmentScan, out: TextIO, report: Report) -> None:
+def _write_json(path: Path, fields: JsonDict, scan: SegmentScan, out: TextIO, report: Report) -> None:
     # Streamed batch by batch so a large segment never sits in memory as one document.
     head = json.dumps(dict({"file": str(path)}, **fields))
     out.write(head[:-1] + ', "batches": [')

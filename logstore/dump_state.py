@@ -49,16 +49,17 @@ from pathlib import Path
 from typing import TextIO
 
 from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint
+from logstore.dump_records import JsonDict
 from logstore.dump_segment import Report, base_offset_of
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import CorruptSnapshotError
-from logstore.native.producer_state import ProducerTable
+from logstore.native.producer_state import ProducerEntry, ProducerTable
 
 CHECKPOINT_VERSION = 0
 
 
-def _finish(path: Path, kind: str, entries: list[dict], problem: str | None, out: TextIO, report: Report,
-            as_json: bool, **fields) -> None:
+def _finish(path: Path, kind: str, entries: list[JsonDict], problem: str | None, out: TextIO, report: Report,
+            as_json: bool, **fields: object) -> None:
     if problem is not None:
         report(problem)
     if as_json:
@@ -67,9 +68,9 @@ def _finish(path: Path, kind: str, entries: list[dict], problem: str | None, out
         print(json.dumps(doc), file=out)
 
 
-def producer_entry_json(entry) -> dict:
+def producer_entry_json(entry: ProducerEntry) -> JsonDict:
     """One ProducerEntry the table read from a snapshot, under Kafka's names."""
-    batch = None
+    batch: JsonDict | None = None
     if entry.batches:
         first_seq, last_seq, first_offset, last_offset, timestamp = entry.batches[0]  # Kafka prints the head
         batch = {"firstSequence": first_seq, "lastSequence": last_seq, "lastOffset": last_offset,
@@ -80,7 +81,7 @@ def producer_entry_json(entry) -> dict:
             "lastTimestamp": entry.last_timestamp, "batch": batch}
 
 
-def producer_line(p: dict) -> str:
+def producer_line(p: JsonDict) -> str:
     """Kafka's dumpProducerIdSnapshot line of one producer entry dict."""
     first = p["currentTxnFirstOffset"]
     line = (f"producerId: {p['producerId']} producerEpoch: {p['producerEpoch']} "
@@ -97,6 +98,8 @@ def producer_line(p: dict) -> str:
 def dump_producer_snapshot(path: Path, *, out: TextIO, report: Report, as_json: bool = False) -> None:
     """Dump a producer-state `.snapshot`; OSError if it cannot be read."""
     data = path.read_bytes()
+    entries: list[JsonDict]
+    problem: str | None
     try:
         # Nothing expires here (no clock given): every entry the file holds is shown.
         table = ProducerTable.from_snapshot(data)
@@ -113,6 +116,7 @@ def dump_producer_snapshot(path: Path, *, out: TextIO, report: Report, as_json: 
 def dump_leader_epoch_checkpoint(path: Path, *, out: TextIO, report: Report, as_json: bool = False) -> None:
     """Dump a `leader-epoch-checkpoint`; OSError if it cannot be read."""
     path.stat()  # a missing file is a bad path here, not an empty cache
+    problem: str | None
     try:
         pairs = LeaderEpochCache(str(path), persist=False).entries
     except CorruptCheckpointError as exc:
@@ -132,6 +136,7 @@ def dump_offset_checkpoint(path: Path, *, out: TextIO, report: Report, as_json: 
     """Dump a log-dir offset checkpoint (recovery point, log start, replication, cleaner); OSError if
     it cannot be read."""
     path.stat()
+    problem: str | None
     try:
         offsets = OffsetCheckpoint(str(path)).read()
     except CorruptCheckpointError as exc:

@@ -12,6 +12,7 @@ from logstore.checkpoints import (
     read_leader_epoch_checkpoint,
     write_leader_epoch_checkpoint,
 )
+from logstore.filesystem import OS, FileSystem
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -26,10 +27,11 @@ class LeaderEpochCache:
     Not task-safe: the partition's Log serialises every call.
     """
 
-    def __init__(self, path: StrPath, *, persist: bool = True):
+    def __init__(self, path: StrPath, *, persist: bool = True, fs: FileSystem = OS):
         self.path = path
         self.persist = persist
-        entries = read_leader_epoch_checkpoint(path)
+        self.fs = fs
+        entries = read_leader_epoch_checkpoint(path, fs)
         for i, (epoch, offset) in enumerate(entries):
             previous = entries[i - 1] if i else (-1, -1)  # so the first must be >= (0, 0)
             if epoch <= previous[0] or offset <= previous[1]:
@@ -97,5 +99,5 @@ class LeaderEpochCache:
         if entries == self._entries:
             return
         if self.persist:
-            write_leader_epoch_checkpoint(self.path, entries)
+            write_leader_epoch_checkpoint(self.path, entries, self.fs)
         self._entries = entries

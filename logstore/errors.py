@@ -186,6 +186,8 @@ class UnknownTopicOrPartitionError(LogStoreError):
     """A topic or partition this store does not hold."""
 
     error_name = "UNKNOWN_TOPIC_OR_PARTITION"
+    # The (topic, partition) pairs a multi-partition call refused, when it names them.
+    partitions: list[tuple[str, int]] | None = None
 
 
 class InvalidPartitionsError(LogStoreError):

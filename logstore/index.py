@@ -5,7 +5,9 @@ indexes are preallocated to `segment.index.bytes` while their segment is
 active and trimmed to whole entries when it rolls or closes; a trimmed file
 is trusted to hold exactly `length / entry size` entries on reopen, which
 is why an unclean shutdown rebuilds the indexes of the segments it touched.
-The searches are native (`logstore.native.index`).
+The searches are native (`logstore.native.index`). Every file operation goes
+through the `FileSystem` given (`fs`, default the real one); writes through
+the maps are durable only after `flush`.
 """
 from __future__ import annotations
 
@@ -13,14 +15,18 @@ import mmap
 import os
 import struct
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from logstore.errors import LogStoreError
+from logstore.filesystem import OS, FileSystem
 from logstore.native.index import IndexFullError, InvalidOffsetError, OffsetIndexCore, TimeIndexCore
 
 __all__ = ["AbortedTxn", "CorruptIndexError", "IndexFullError", "InvalidOffsetError", "OffsetIndex",
            "TimeIndex", "TxnIndex"]
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+
+_Core = TypeVar("_Core", OffsetIndexCore, TimeIndexCore)
 
 
 class CorruptIndexError(LogStoreError):
@@ -29,26 +35,28 @@ class CorruptIndexError(LogStoreError):
     error_name = "CORRUPT_MESSAGE"
 
 
-class _MappedIndex:
+class _MappedIndex(Generic[_Core]):
     """An index file mapped into memory, with its first `entries` slots valid."""
 
     entry_size = 0
-    core_type = OffsetIndexCore
+    core_type: type[_Core]
+    core: _Core
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
-                 *, writable: bool = True):
+                 *, writable: bool = True, fs: FileSystem = OS):
         self.path = path
         self.base_offset = base_offset
         self.max_index_size = max_index_size
         self.writable = writable
-        new = not os.path.exists(path)
+        self.fs = fs
+        new = not fs.exists(path)
         if new and not writable:
             raise FileNotFoundError(path)
-        self._fd = os.open(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
-        length = os.fstat(self._fd).st_size
+        self._fd = fs.open(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
+        length = fs.size(self._fd)
         if new:
             length = self._round(max_index_size)
-            os.ftruncate(self._fd, length)
+            fs.truncate(self._fd, length)
             entries = 0
         else:
             entries = length // self.entry_size
@@ -80,8 +88,7 @@ class _MappedIndex:
         if length == 0:
             self._mmap = None
         else:
-            access = mmap.ACCESS_WRITE if self.writable else mmap.ACCESS_READ
-            self._mmap = mmap.mmap(self._fd, length, access=access)
+            self._mmap = self.fs.mmap(self._fd, length, writable=self.writable)
             # Lookups are binary searches. And without this, the first fault on a
             # fresh, sparse index reads around it, zero-filling megabytes of holes:
             # 3-4 ms per file here, paid inside the append that rolls.
@@ -116,7 +123,7 @@ class _MappedIndex:
             return False
         entries = self.entries
         self._unmap()
-        os.ftruncate(self._fd, length)
+        self.fs.truncate(self._fd, length)
         self._map(length, entries)
         return True
 
@@ -142,7 +149,7 @@ class _MappedIndex:
         if self.writable:
             if self._mmap is not None:
                 self._mmap.flush()
-            os.fsync(self._fd)
+            self.fs.fsync(self._fd)
 
     def close(self, *, trim: bool = True) -> None:
         """Trim (when writable), unmap and close the file."""
@@ -151,18 +158,18 @@ class _MappedIndex:
         if trim and self.writable:
             self.trim()
         self._unmap()
-        os.close(self._fd)
+        self.fs.close(self._fd)
         self._fd = -1
 
     def rename(self, path: str) -> None:
         """Move the file; the mapping follows it."""
-        os.rename(self.path, path)
+        self.fs.rename(self.path, path)
         self.path = path
 
     def delete(self) -> None:
         """Close and remove the file."""
         self.close(trim=False)
-        os.unlink(self.path)
+        self.fs.unlink(self.path)
 
     def check_length(self) -> None:
         """Kafka's length rule: a whole number of entries."""
@@ -170,7 +177,7 @@ class _MappedIndex:
             raise CorruptIndexError(f"{self.path}: length {self.length} is not a multiple of {self.entry_size}")
 
 
-class OffsetIndex(_MappedIndex):
+class OffsetIndex(_MappedIndex[OffsetIndexCore]):
     """`.index`: offset → position of the batch that holds it."""
 
     entry_size = 8
@@ -206,7 +213,7 @@ class OffsetIndex(_MappedIndex):
                 raise CorruptIndexError(f"{self.path}: position {position} is past the log's {log_size} bytes")
 
 
-class TimeIndex(_MappedIndex):
+class TimeIndex(_MappedIndex[TimeIndexCore]):
     """`.timeindex`: max timestamp so far → offset of the batch that holds it."""
 
     entry_size = 12
@@ -256,16 +263,16 @@ class AbortedTxn:
 _ABORTED = struct.Struct(">hqqqq")
 
 
-def sync_file(path: str) -> None:
+def sync_file(path: str, fs: FileSystem = OS) -> None:
     """fsync a file if it exists (a txnindex is created lazily; a snapshot may be deleted meanwhile)."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = fs.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return
     try:
-        os.fsync(fd)
+        fs.fsync(fd)
     finally:
-        os.close(fd)
+        fs.close(fd)
 
 
 class TxnIndex:
@@ -273,9 +280,10 @@ class TxnIndex:
 
     entry_size = _ABORTED.size
 
-    def __init__(self, path: str, base_offset: int):
+    def __init__(self, path: str, base_offset: int, fs: FileSystem = OS):
         self.path = path
         self.base_offset = base_offset
+        self.fs = fs
         self._entries: list[AbortedTxn] | None = None
         self._fd = -1  # opened by the first append: most segments never have an aborted transaction
 
@@ -288,8 +296,7 @@ class TxnIndex:
 
     def _read(self) -> list[AbortedTxn]:
         try:
-            with open(self.path, "rb") as f:
-                data = f.read()
+            data = self.fs.read_file(self.path)
         except FileNotFoundError:
             return []
         found = []
@@ -307,9 +314,9 @@ class TxnIndex:
             raise InvalidOffsetError(
                 f"aborted transaction ending at {txn.last_offset} is not after {entries[-1].last_offset}")
         if self._fd < 0:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._fd = self.fs.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         # At the end of the whole entries: a partial one left by a crash is overwritten.
-        os.pwrite(self._fd, _ABORTED.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
+        self.fs.pwrite(self._fd, _ABORTED.pack(0, txn.producer_id, txn.first_offset, txn.last_offset,
                                           txn.last_stable_offset), len(entries) * self.entry_size)
         entries.append(txn)
 
@@ -326,9 +333,19 @@ class TxnIndex:
     def truncate_to(self, offset: int) -> None:
         """Drop entries whose marker is at or above `offset`."""
         keep = [t for t in self.entries if t.last_offset < offset]
-        if len(keep) != len(self.entries) and os.path.exists(self.path):
-            os.truncate(self.path, len(keep) * self.entry_size)
+        if len(keep) != len(self.entries) and self.fs.exists(self.path):
+            self._truncate_file(len(keep) * self.entry_size)
         self._entries = keep
+
+    def _truncate_file(self, size: int) -> None:
+        if self._fd >= 0:
+            self.fs.truncate(self._fd, size)
+            return
+        fd = self.fs.open(self.path, os.O_RDWR)
+        try:
+            self.fs.truncate(fd, size)
+        finally:
+            self.fs.close(fd)
 
     def reset(self) -> None:
         """Drop every entry."""
@@ -344,26 +361,26 @@ class TxnIndex:
     def flush(self) -> None:
         """Make the file durable (appends are written through at once)."""
         if self._fd >= 0:
-            os.fsync(self._fd)
+            self.fs.fsync(self._fd)
         else:
-            sync_file(self.path)
+            sync_file(self.path, self.fs)
 
     def close(self) -> None:
         """Close the file if an append opened it."""
         if self._fd >= 0:
-            os.close(self._fd)
+            self.fs.close(self._fd)
             self._fd = -1
 
     def rename(self, path: str) -> None:
         """Move the file if it exists."""
-        if os.path.exists(self.path):
-            os.rename(self.path, path)
+        if self.fs.exists(self.path):
+            self.fs.rename(self.path, path)
         self.path = path
 
     def delete(self) -> None:
         """Remove the file if it exists."""
         self.close()
         try:
-            os.unlink(self.path)
+            self.fs.unlink(self.path)
         except FileNotFoundError:
             pass

@@ -19,8 +19,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from logstore.checkpoints import PARTITION_METADATA, read_partition_metadata, write_atomically
 from logstore.cluster_metadata import ClusterMetadata, MetadataTopic, read_cluster_metadata
@@ -87,7 +88,8 @@ def applied_state(log_dir: str) -> dict[str, Any] | None:
     """The metadata-log state whose configs were last copied into `topic-configs`, or None."""
     try:
         with open(os.path.join(log_dir, APPLIED_FILE), encoding="utf-8") as f:
-            return json.load(f)
+            state: dict[str, Any] = json.load(f)
+            return state
     except FileNotFoundError:
         return None
     except ValueError as exc:

@@ -1,39 +1,59 @@
-"""Opening a partition directory, and recovering it after an unclean shutdown.
+"""Opening a partition directory, and recovering it after an unclean shutdown: the one place recovery lives.
 
-Kafka's LogLoader, in order (on-disk-format.md §5.1, §5.6): remove files a
-crash left half-done, open every segment, rebuild any index that is missing
-or fails its sanity check, and, unless the last shutdown was clean, scan
-every segment from the one holding the recovery point, cutting the log at
-the first broken or partial entry and dropping every later segment. The
-`RecoveryReport` says what was found and done, with byte positions.
+Kafka's LogLoader, in order (on-disk-format.md §5.1, §5.6):
+
+1. Leftovers: `.deleted`, `.cleaned` and orphan index files go, `.swap`
+   renames are finished (`leftover_files.py`).
+2. Every segment is opened; an index that is missing or fails its sanity
+   check is rebuilt from the log.
+3. Unless the last shutdown was clean, every segment from the one holding
+   the recovery point is scanned (framing, CRC, increasing offsets): the
+   first broken or partial entry ends the log and every later segment goes.
+   Producer state is brought to the first scanned segment's base from the
+   newest snapshot below it, then rides on the scan, which also rebuilds the
+   `.txnindex` of what it covers (`producer_rebuild.ScanReplay`).
+4. Otherwise producer state is the newest snapshot at or below the log end
+   plus a replay of the log after it.
+
+`LoadMode.WRITE` makes the directory what it found (what a broker does);
+`LoadMode.READ_ONLY` writes not one byte (no removal, no rename, no index
+file, no truncation, no `.txnindex` reset, no snapshot written or deleted)
+and still ends with the same segments, offsets, producer state, last stable
+offset and aborted transactions: it is what a reader beside a live writer
+(Spark) uses. The `RecoveryReport` says what was found and done (or, read
+only, would be done), with byte positions.
 """
 from __future__ import annotations
 
+import enum
 import logging
-import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from logstore.config import LogConfig
 from logstore.epoch_cache import LeaderEpochCache
-from logstore.errors import CorruptRecordError, LogStoreError
-from logstore.formats import DEFAULT_FORMAT
-from logstore.index import CorruptIndexError
-from logstore.segment import (
-    DELETED_SUFFIX,
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    TXN_INDEX_SUFFIX,
-    LogSegment,
-)
+from logstore.errors import CorruptRecordError, LogStoreError, SegmentDeletedError
+from logstore.filenames import INDEX_SUFFIX, TIME_INDEX_SUFFIX, offset_path
+from logstore.filesystem import OS, FileSystem
+from logstore.formats import DEFAULT_FORMAT, LogFormat
+from logstore.index import AbortedTxn, CorruptIndexError
+from logstore.leftover_files import find_segment_files, settle_leftovers
+from logstore.producer_rebuild import ScanReplay, reload_producer_state
+from logstore.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
+from logstore.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
-CLEANED_SUFFIX = ".cleaned"
-SWAP_SUFFIX = ".swap"
-INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+__all__ = ["LoadMode", "LoadedLog", "RecoveryReport", "Truncation", "cut_log", "load_log"]
+
+
+class LoadMode(enum.Enum):
+    """WRITE repairs the directory; READ_ONLY computes the same log and leaves every byte as it was."""
+
+    WRITE = "write"
+    READ_ONLY = "read-only"
 
 
 @dataclass(frozen=True)
@@ -48,7 +68,10 @@ class Truncation:
 
 @dataclass
 class RecoveryReport:
-    """What opening one partition directory found and did."""
+    """What opening one partition directory found and did (read only: would have done).
+
+    Offsets are log offsets, positions and sizes bytes.
+    """
 
     directory: str
     clean_shutdown: bool
@@ -63,7 +86,8 @@ class RecoveryReport:
     recovery_point: int = 0
     seconds: float = 0.0
     producer_state: Any = None
-    """How the producer state was rebuilt (`producer_state.SnapshotLoad`), set by Log.open."""
+    """How the producer state was rebuilt (`producer_rebuild.SnapshotLoad`)."""
+    mode: LoadMode = LoadMode.WRITE
 
     @property
     def truncated(self) -> bool:
@@ -82,65 +106,195 @@ class RecoveryReport:
             parts.append(f"dropped later segments {self.deleted_segments}")
         if self.rebuilt_indexes:
             parts.append(f"rebuilt indexes {[b for b, _ in self.rebuilt_indexes]}")
+        if self.mode is LoadMode.READ_ONLY:
+            parts.append("read only: nothing written")
         return f"{self.directory}: " + ", ".join(parts) + f" in {self.seconds * 1000:.1f} ms"
 
 
 @dataclass
 class LoadedLog:
-    """The segments of a directory, ready for `Log`, and the offsets they imply."""
+    """A loaded directory: its segments (oldest first), offsets, producer state and what recovery did.
+
+    `aborted` holds every aborted transaction of the log, by marker offset:
+    the `.txnindex` entries of the segments no scan rebuilt, plus those the
+    rebuild met (which, written, are the rebuilt `.txnindex` entries).
+    """
 
     segments: list[LogSegment]
     log_end_offset: int
     log_start_offset: int
     recovery_point: int
     report: RecoveryReport
+    producers: ProducerStateManager | None = None
+    aborted: list[AbortedTxn] = field(default_factory=list)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed reads stop (the log end is the high watermark on one node)."""
+        return self.producers.last_stable_offset(self.log_start_offset, self.log_end_offset)
+
+    def close(self) -> None:
+        """Close every segment (a load that is not handed to a `Log`)."""
+        for segment in self.segments:
+            segment.close()
 
 
-def _base_offset(name: str) -> int | None:
-    digits = name.split(".", 1)[0]
-    return int(digits) if digits.isdigit() and len(digits) == 20 else None
+def cut_log(segments: list[LogSegment], index: int, offset: int) -> list[LogSegment]:
+    """Kafka's truncation of a log: `segments[index]` keeps what lies below `offset`, every later segment
+    is deleted; returns the segments kept, the last made active. Recovery's cut after a broken entry and
+    `Log.truncate_to` both end here."""
+    for later in segments[index + 1:]:
+        later.delete()
+    kept = segments[:index + 1]
+    kept[-1].truncate_to(offset)
+    kept[-1].make_active()
+    return kept
 
 
-def _clean_up_files(directory: str, fmt, report: RecoveryReport) -> None:
-    """Delete what a crash left (`.deleted`, `.cleaned`, orphan indexes); finish `.swap` renames."""
-    names = sorted(os.listdir(directory))
-    for name in names:
-        if name.endswith(DELETED_SUFFIX) or name.endswith(CLEANED_SUFFIX):
-            os.unlink(os.path.join(directory, name))
-            report.removed_files.append(name)
-    names = sorted(os.listdir(directory))
-    for name in names:
-        if name.endswith(LOG_SUFFIX + SWAP_SUFFIX) and _base_offset(name) is not None:
-            _complete_swap(directory, _base_offset(name), fmt, report)
-    logs = {_base_offset(n) for n in os.listdir(directory) if n.endswith(LOG_SUFFIX)}
-    for name in sorted(os.listdir(directory)):
-        base = _base_offset(name)
-        if base is None or base in logs:
-            continue
-        if any(name.endswith(s) or name.endswith(s + SWAP_SUFFIX) for s in INDEX_SUFFIXES):
-            os.unlink(os.path.join(directory, name))
-            report.removed_files.append(name)
+def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = LoadMode.WRITE, *,
+             clean_shutdown: bool = False, recovery_point: int = 0, log_start_offset: int = 0,
+             fmt: LogFormat = DEFAULT_FORMAT,
+             epoch_cache: LeaderEpochCache | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+             on_batch: Callable | None = None, fs: FileSystem = OS) -> LoadedLog:
+    """Open the segments of a partition directory and rebuild its producer state, recovering as Kafka would.
 
-
-def _complete_swap(directory: str, base: int, fmt, report: RecoveryReport) -> None:
-    # A swap segment is whole cleaner output: it replaces every segment inside its range.
-    swap = LogSegment(directory, base, fmt=fmt, writable=False, suffix=SWAP_SUFFIX)
+    Epochs of scanned batches newer than `epoch_cache` knows are assigned to
+    it (WRITE only), so a crash between an append and the checkpoint write
+    loses no epoch. `on_batch(segment, entry)` sees every entry recovery
+    scans, in order. An empty directory gets an empty segment at
+    `log_start_offset` (WRITE) or none (READ_ONLY).
+    """
+    config = config or LogConfig()
+    write = mode is LoadMode.WRITE
+    started = time.monotonic()
+    report = RecoveryReport(directory, clean_shutdown, mode=mode)
+    files = find_segment_files(directory, fmt, fs)
+    report.removed_files = list(files.removed)
+    if write:
+        settle_leftovers(directory, files, fs)
+    segments, missing = _open_segments(directory, files.segments, config, fmt, write, fs)
+    producers = ProducerStateManager(directory, expiration_ms=producer_id_expiration_ms, fs=fs)
     try:
-        next_offset = max((b.last_offset + 1 for b in swap.iter_bounds()), default=base)
-    finally:
-        swap.close()
-    # The cleaner ends every group's output at or past its last segment's base, so the swap's range reaches the
-    # base of every segment it replaces. Only segment files go: a producer snapshot in the range stays.
-    segment_suffixes = (LOG_SUFFIX,) + INDEX_SUFFIXES
-    for name in sorted(os.listdir(directory)):
-        other = _base_offset(name)
-        if (other is not None and base <= other < max(next_offset, base + 1)
-                and name.endswith(segment_suffixes)):
-            os.unlink(os.path.join(directory, name))
-            report.removed_files.append(name)
-    for name in sorted(os.listdir(directory)):
-        if _base_offset(name) == base and name.endswith(SWAP_SUFFIX):
-            os.rename(os.path.join(directory, name), os.path.join(directory, name[:-len(SWAP_SUFFIX)]))
+        # The segment holding the recovery point: an unclean shutdown scans from there.
+        bases = [s.base_offset for s in segments]
+        first = max([i for i, b in enumerate(bases) if b <= recovery_point] or [0])
+        for i, segment in enumerate(segments):
+            # A segment the scan covers gets its indexes rebuilt by it: no separate check.
+            if clean_shutdown or i < first:
+                _check_indexes(segment, missing.get(segment.base_offset), report)
+            elif not write and _index_problem(segment):
+                # The scan below rebuilds these in memory; a writer rebuilds its files the same way.
+                segment.use_memory_indexes()
+        replay = None
+        if not clean_shutdown and segments:
+            replay = ScanReplay(producers, fmt, write=write)
+            replay.begin(segments, segments[first].base_offset, log_start_offset=log_start_offset)
+            segments = _recover_from(segments, first, report, _batch_hook(replay, epoch_cache if write else None,
+                                                                          on_batch), write)
+        if not segments and write:
+            segments.append(LogSegment(directory, log_start_offset, index_interval_bytes=config.index_interval_bytes,
+                                       max_index_size=config.segment_index_bytes, fmt=fmt, fs=fs))
+        if write:
+            for segment in segments[:-1]:
+                segment.on_becoming_inactive()
+            segments[-1].make_active()
+        log_end_offset = segments[-1].read_next_offset() if segments else log_start_offset
+        start = min(max(log_start_offset, segments[0].base_offset if segments else 0), log_end_offset)
+        if replay is not None:
+            replay.finish(segments, log_start_offset=start, log_end_offset=log_end_offset)
+            load, replayed = replay.report, replay.aborted
+            scanned_from = segments[first].base_offset
+        else:
+            load, replayed = reload_producer_state(producers, segments, log_start_offset=start,
+                                                   log_end_offset=log_end_offset, clean_shutdown=clean_shutdown,
+                                                   fmt=fmt, write=write)
+            scanned_from = None
+        if write and (replay is not None or load.replayed_batches):
+            # So the next open replays nothing (Kafka snapshots at the end of a rebuild).
+            producers.take_snapshot()
+        aborted = _aborted(segments, scanned_from, log_end_offset, replayed)
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    report.producer_state = load
+    report.segments = len(segments)
+    report.log_end_offset = log_end_offset
+    report.recovery_point = log_end_offset if clean_shutdown else min(recovery_point, log_end_offset)
+    report.seconds = time.monotonic() - started
+    log.info("%s", report.summary())
+    return LoadedLog(segments, log_end_offset, start, report.recovery_point, report, producers, aborted)
+
+
+def _open_segments(directory: str, found: dict[int, str], config: LogConfig, fmt: LogFormat,
+                   write: bool, fs: FileSystem) -> tuple[list[LogSegment], dict[int, list[str]]]:
+    """The segments of `found` (base offset → state suffix), and the index files each lacked."""
+    segments: list[LogSegment] = []
+    lacking: dict[int, list[str]] = {}
+    opts = dict(index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
+                fmt=fmt, writable=write, fs=fs)
+    try:
+        for base, suffix in found.items():
+            missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+                       if not fs.exists(offset_path(directory, base, s + suffix))]
+            try:
+                segment = LogSegment(directory, base, suffix=suffix, **opts)
+            except FileNotFoundError:
+                # Beside a live writer, retention removes the oldest segments: one gone between listing and
+                # opening is no longer part of the log. Anywhere else it is a hole.
+                if write or segments:
+                    raise SegmentDeletedError(f"{directory}: segment {base} vanished while being opened") from None
+                continue
+            segments.append(segment)
+            if missing:
+                lacking[base] = missing
+    except BaseException:
+        for segment in segments:
+            segment.close()
+        raise
+    return segments, lacking
+
+
+def _check_indexes(segment: LogSegment, missing: list[str] | None, report: RecoveryReport) -> None:
+    """Rebuild the indexes of a segment no scan covers if they are missing or fail their sanity check."""
+    reason = f"missing {' and '.join(missing)}" if missing else _index_problem(segment)
+    if reason:
+        report.rebuilt_indexes.append((segment.base_offset, reason))
+        log.warning("%s: rebuilding the indexes of segment %d: %s", report.directory, segment.base_offset, reason)
+        if not segment.indexes_writable:
+            segment.use_memory_indexes()
+        _recover_segment(segment, report, None)
+
+
+def _index_problem(segment: LogSegment) -> str | None:
+    try:
+        segment.offset_index.sanity_check(segment.size)
+        segment.time_index.sanity_check()
+        segment.txn_index.sanity_check()
+    except (CorruptIndexError, LogStoreError) as exc:
+        return str(exc)
+    return None
+
+
+def _batch_hook(replay: ScanReplay, epoch_cache: LeaderEpochCache | None, on_batch: Callable | None):
+    """The per-entry callback of the scan of one segment: producer state, leader epochs, `on_batch`."""
+    latest = [-1]
+
+    def for_segment(segment):
+        entry_hook = replay.entry
+        if epoch_cache is None and on_batch is None:
+            return lambda entry: entry_hook(segment, entry)
+        latest[0] = -1 if epoch_cache is None or epoch_cache.latest_epoch is None else epoch_cache.latest_epoch
+
+        def hook(entry):
+            entry_hook(segment, entry)
+            if epoch_cache is not None and entry.magic >= 2 and entry.partition_leader_epoch > latest[0]:
+                latest[0] = entry.partition_leader_epoch
+                epoch_cache.assign(latest[0], entry.base_offset)
+            if on_batch is not None:
+                on_batch(segment, entry)
+        return hook
+    return for_segment
 
 
 def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> bool:
@@ -157,103 +311,32 @@ def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> b
     return bool(truncated)
 
 
-def load_log(directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
-             recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
-             on_batch: Callable | None = None, epoch_cache: LeaderEpochCache | None = None,
-             before_recovery: Callable | None = None) -> LoadedLog:
-    """Open the segments of a partition directory, recovering them as Kafka would.
-
-    `on_batch(segment, entry)` sees every entry that recovery scans, in order,
-    and `before_recovery(segments, base_offset)` is called once before the
-    scan starts at `base_offset` (producer state replays through these).
-    Epochs of scanned batches newer than `epoch_cache` knows are assigned to
-    it, so a crash between an append and the checkpoint write loses no epoch.
-    """
-    config = config or LogConfig()
-    started = time.monotonic()
-    report = RecoveryReport(directory, clean_shutdown)
-    _clean_up_files(directory, fmt, report)
-    bases = sorted(b for b in (_base_offset(n) for n in os.listdir(directory)
-                               if n.endswith(LOG_SUFFIX)) if b is not None)
-    segments: list[LogSegment] = []
-    opts = dict(index_interval_bytes=config.index_interval_bytes,
-                max_index_size=config.segment_index_bytes, fmt=fmt)
-
-    latest = [-1]
-
-    def batch_hook(segment):
-        if epoch_cache is None:
-            return None if on_batch is None else (lambda entry: on_batch(segment, entry))
-        latest[0] = -1 if epoch_cache.latest_epoch is None else epoch_cache.latest_epoch
-
-        def hook(entry):
-            if entry.magic >= 2 and entry.partition_leader_epoch > latest[0]:
-                latest[0] = entry.partition_leader_epoch
-                epoch_cache.assign(latest[0], entry.base_offset)
-            if on_batch is not None:
-                on_batch(segment, entry)
-        return hook
-
-    # After an unclean shutdown these get scanned anyway: no separate index rebuild.
-    rescanned_from = None if clean_shutdown else max([b for b in bases if b <= recovery_point] or [-1])
-    try:
-        for base in bases:
-            if rescanned_from is not None and base >= rescanned_from:
-                segments.append(LogSegment(directory, base, **opts))
-                continue
-            missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-                       if not os.path.exists(os.path.join(directory, f"{base:020d}{s}"))]
-            segment = LogSegment(directory, base, **opts)
-            segments.append(segment)
-            reason = f"missing {' and '.join(missing)}" if missing else _index_problem(segment)
-            if reason:
-                report.rebuilt_indexes.append((base, reason))
-                log.warning("%s: rebuilding the indexes of segment %d: %s", directory, base, reason)
-                _recover_segment(segment, report, None)
-        if not clean_shutdown:
-            _recover_after(segments, recovery_point, report, batch_hook, before_recovery)
-        if not segments:
-            segments.append(LogSegment(directory, log_start_offset, **opts))
-        for segment in segments[:-1]:
-            segment.on_becoming_inactive()
-        segments[-1].make_active()
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    log_end_offset = segments[-1].read_next_offset()
-    report.segments = len(segments)
-    report.log_end_offset = log_end_offset
-    report.recovery_point = log_end_offset if clean_shutdown else min(recovery_point, log_end_offset)
-    report.seconds = time.monotonic() - started
-    log.info("%s", report.summary())
-    start = max(log_start_offset, segments[0].base_offset)
-    return LoadedLog(segments, log_end_offset, min(start, log_end_offset), report.recovery_point, report)
-
-
-def _index_problem(segment: LogSegment) -> str | None:
-    try:
-        segment.offset_index.sanity_check(segment.size)
-        segment.time_index.sanity_check()
-        segment.txn_index.sanity_check()
-    except (CorruptIndexError, LogStoreError) as exc:
-        return str(exc)
-    return None
-
-
-def _recover_after(segments: list[LogSegment], recovery_point: int, report: RecoveryReport, batch_hook,
-                   before_recovery) -> None:
-    """Scan the segment holding the recovery point and every later one; the first cut ends the log."""
-    first = 0
-    for i, segment in enumerate(segments):
-        if segment.base_offset <= recovery_point:
-            first = i
-    if before_recovery is not None and first < len(segments):
-        before_recovery(segments, segments[first].base_offset)
+def _recover_from(segments: list[LogSegment], first: int, report: RecoveryReport, batch_hook,
+                  write: bool) -> list[LogSegment]:
+    """Scan `segments[first:]`; the first cut ends the log. Returns the segments that remain."""
     for i in range(first, len(segments)):
         if _recover_segment(segments[i], report, batch_hook(segments[i])):
+            report.deleted_segments.extend(s.base_offset for s in segments[i + 1:])
+            if write:
+                return cut_log(segments, i, segments[i].read_next_offset())
             for later in segments[i + 1:]:
-                report.deleted_segments.append(later.base_offset)
-                later.delete()
-            del segments[i + 1:]
-            return
+                later.close()
+            return segments[:i + 1]
+    return segments
+
+
+def _aborted(segments: list[LogSegment], scanned_from: int | None, log_end_offset: int,
+             replayed: list[AbortedTxn]) -> list[AbortedTxn]:
+    """The aborted transactions of the log: `.txnindex` entries of segments no scan rebuilt, and those
+    the rebuild met (a marker's index entry may not be written yet beside a live writer)."""
+    # By marker: a replay from above the log start sees a transaction begin later than the index says.
+    found = {}
+    for segment in segments:
+        if scanned_from is not None and segment.base_offset >= scanned_from:
+            continue
+        for txn in segment.txn_index.entries:
+            if txn.last_offset < log_end_offset:
+                found[(txn.producer_id, txn.last_offset)] = txn
+    for txn in replayed:
+        found.setdefault((txn.producer_id, txn.last_offset), txn)
+    return sorted(found.values(), key=lambda t: t.last_offset)

@@ -10,23 +10,24 @@ from __future__ import annotations
 import bisect
 import logging
 import os
-import shutil
 import threading
 import time
 import zlib
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
 from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
-from logstore.formats import DEFAULT_FORMAT
+from logstore.filenames import DELETED_SUFFIX, SWAP_SUFFIX, parse_partition_dir
+from logstore.filesystem import OS, FileSystem
+from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn, sync_file
-from logstore.crash_points import crash_point
-from logstore.loader import SWAP_SUFFIX, RecoveryReport, load_log
+from logstore.loader import LoadMode, RecoveryReport, cut_log, load_log
+from logstore.producer_rebuild import reload_producer_state
 from logstore.producer_state import (
     DEFAULT_EXPIRATION_MS,
     ORIGIN_CLIENT,
@@ -34,7 +35,7 @@ from logstore.producer_state import (
     ProducerStateManager,
 )
 from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
-from logstore.segment import DELETED_SUFFIX, FileSlice, LogSegment, segments_between
+from logstore.segment import FileSlice, LogSegment, segments_between
 
 log = logging.getLogger(__name__)
 
@@ -82,12 +83,7 @@ class FetchData:
         return self.records.read() if self.records is not None else b""
 
 
-def parse_partition_dir(name: str) -> tuple[str, int]:
-    """`orders-3` → ("orders", 3)."""
-    topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
-        raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
-    return topic, int(partition)
+__all__ = ["AppendResult", "FetchData", "Log"]
 
 
 class Log:
@@ -95,9 +91,11 @@ class Log:
 
     def __init__(self, directory: str, segments: list[LogSegment], *, config: LogConfig,
                  log_end_offset: int, log_start_offset: int, recovery_point: int,
-                 report: RecoveryReport | None = None, fmt=DEFAULT_FORMAT,
-                 epoch_cache: LeaderEpochCache | None = None, producers: ProducerStateManager | None = None):
+                 report: RecoveryReport | None = None, fmt: LogFormat = DEFAULT_FORMAT,
+                 epoch_cache: LeaderEpochCache | None = None, producers: ProducerStateManager | None = None,
+                 fs: FileSystem = OS):
         self.directory = directory
+        self.fs = fs
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
         self.config = config
         self.format = fmt
@@ -110,58 +108,35 @@ class Log:
         self._group = GroupCommit(recovery_point, end=lambda: self._next_offset, sync=self._sync,
                                   name=directory)
         self._pending_deletes: list[tuple[float, LogSegment]] = []
+        # Rolled segments whose indexes and txnindex no fsync has covered yet (see `_sync`).
+        self._rolled: list[LogSegment] = []
         # Called (outside the log's locks) after a truncation lowered the recovery point,
         # so the owner can rewrite its checkpoint before anything is appended above it.
-        self.on_truncated: Callable[["Log"], None] | None = None
+        self.on_truncated: Callable[[Log], None] | None = None
         self._closed = False
-        self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
+        self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
         self.epoch_cache.truncate_from_end(log_end_offset)
         self.epoch_cache.truncate_from_start(log_start_offset)
-        self.producers = producers or ProducerStateManager(directory)
+        self.producers = producers or ProducerStateManager(directory, fs=fs)
         self.producers.map_end_offset = log_end_offset
 
     @classmethod
     def open(cls, directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
-             recovery_point: int = 0, log_start_offset: int = 0, fmt=DEFAULT_FORMAT,
-             on_batch: Callable | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS) -> "Log":
-        """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean."""
+             recovery_point: int = 0, log_start_offset: int = 0, fmt: LogFormat = DEFAULT_FORMAT,
+             on_batch: Callable | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+             fs: FileSystem = OS) -> Log:
+        """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean
+        (`loader.load_log`: segments, offsets and producer state come from there)."""
         config = config or LogConfig()
-        os.makedirs(directory, exist_ok=True)
-        epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT))
-        producers = ProducerStateManager(directory, expiration_ms=producer_id_expiration_ms)
-        rebuilt = []
-
-        def before_recovery(segments, base_offset):
-            # Producer state rides on recovery's scan: one pass over the unflushed tail.
-            producers.begin_rebuild(segments, base_offset, log_start_offset=log_start_offset, fmt=fmt)
-            rebuilt.append(base_offset)
-
-        def replay(segment, entry):
-            producers.replay_scanned(segment, entry)
-            on_batch(segment, entry)
-        loaded = load_log(directory, config, clean_shutdown=clean_shutdown, recovery_point=recovery_point,
-                          log_start_offset=log_start_offset, fmt=fmt, epoch_cache=epoch_cache,
-                          on_batch=producers.replay_scanned if on_batch is None else replay,
-                          before_recovery=before_recovery)
-        report = loaded.report
-        try:
-            if rebuilt:
-                producers.finish_rebuild(loaded.segments, log_start_offset=loaded.log_start_offset,
-                                         log_end_offset=loaded.log_end_offset)
-            else:
-                producers.load(loaded.segments, log_start_offset=loaded.log_start_offset,
-                               log_end_offset=loaded.log_end_offset, clean_shutdown=clean_shutdown, fmt=fmt)
-            report.producer_state = producers.load_report
-            if rebuilt or producers.load_report.replayed_batches:
-                # So the next open replays nothing (Kafka snapshots at the end of a rebuild).
-                producers.take_snapshot()
-        except BaseException:
-            for segment in loaded.segments:
-                segment.close()
-            raise
+        fs.makedirs(directory, exist_ok=True)
+        epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
+        loaded = load_log(directory, config, LoadMode.WRITE, clean_shutdown=clean_shutdown,
+                          recovery_point=recovery_point, log_start_offset=log_start_offset, fmt=fmt,
+                          epoch_cache=epoch_cache, producer_id_expiration_ms=producer_id_expiration_ms,
+                          on_batch=on_batch, fs=fs)
         return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   report=report, fmt=fmt, epoch_cache=epoch_cache, producers=producers)
+                   report=loaded.report, fmt=fmt, epoch_cache=epoch_cache, producers=loaded.producers, fs=fs)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -184,10 +159,7 @@ class Log:
     def last_stable_offset(self) -> int:
         """read_committed reads stop here: the first offset of the oldest open transaction, else the
         high watermark."""
-        unstable = self.producers.first_unstable_offset()
-        if unstable is None or unstable >= self.high_watermark:
-            return self.high_watermark
-        return max(unstable, self._log_start_offset)
+        return self.producers.last_stable_offset(self._log_start_offset, self.high_watermark)
 
     @property
     def log_start_offset(self) -> int:
@@ -353,17 +325,18 @@ class Log:
             if old.base_offset == self._next_offset and old.size == 0:
                 return old
             old.on_becoming_inactive()
+            self._rolled.append(old)
             # Kafka's snapshot at every roll, so a restart replays at most the active segment.
             snapshot = self.producers.take_snapshot(sync=False)
             new = LogSegment(self.directory, self._next_offset, index_interval_bytes=self.config.index_interval_bytes,
-                             max_index_size=self.config.segment_index_bytes, fmt=self.format)
+                             max_index_size=self.config.segment_index_bytes, fmt=self.format, fs=self.fs)
             self._set_segments(self._segments + [new])
             log.debug("%s: rolled to segment %d", self.directory, new.base_offset)
 
         def flush_rolled(offset: int) -> None:
             self.flush(offset)
             if snapshot is not None:
-                sync_file(snapshot)
+                sync_file(snapshot, self.fs)
         roll_flusher.submit(flush_rolled, new.base_offset, self.directory)
         return new
 
@@ -384,11 +357,24 @@ class Log:
     def _sync(self, start: int, end: int) -> None:
         # No lock: appends write their bytes before moving the end, and
         # segments only leave the list while no fsync runs (GroupCommit.idle).
+        created = False
+        # An acknowledged append syncs only the active `.log`, so the recovery point can pass a segment
+        # whose indexes were never synced; recovery trusts the indexes below it (aborted transactions
+        # live only in the txnindex), so the first fsync after a roll covers the rolled segments whole.
+        flushed = set()
+        while self._rolled:   # pop: a roll may append meanwhile (under the log's lock, not ours)
+            segment = self._rolled.pop(0)
+            if segment.fd >= 0:
+                created = segment.flush() or created
+                flushed.add(segment)
         for segment, newest in segments_between(self._segments, start, end):
-            if newest:
-                segment.flush_log()
-            else:
-                segment.flush()
+            if segment not in flushed:
+                created = (segment.flush_log() if newest else segment.flush()) or created
+            created = created or segment.base_offset >= start
+        if created:
+            # Kafka's LocalLog.flush: a segment rolled since the last flush (or a txnindex an abort
+            # created) is durable only once its directory entry is, else a power cut drops the file.
+            fsync_dir(self.directory, self.fs)
 
     def flush_if_due(self, now: float | None = None) -> bool:
         """Flush when flush.ms has passed since the last flush and something is unflushed."""
@@ -542,18 +528,15 @@ class Log:
         self._notify_truncated()
 
     def _truncate_segments(self, offset: int) -> None:
-        keep = [s for s in self._segments if s.base_offset < offset]
-        for segment in self._segments[len(keep):]:
-            segment.delete()
+        # The last segment starting below `offset` holds it (offsets at or below the first base truncate fully).
+        keep = cut_log(self._segments, bisect.bisect_left(self._bases, offset) - 1, offset)
         active = keep[-1]
-        active.truncate_to(offset)
-        active.make_active()
         self._set_segments(keep)
         self._next_offset = max(active.read_next_offset(), active.base_offset)
         self._after_truncation()
         # Kafka's truncateAndReload: the newest snapshot at or below the new end, then a replay.
-        self.producers.load(keep, log_start_offset=self._log_start_offset, log_end_offset=self._next_offset,
-                            clean_shutdown=False, fmt=self.format)
+        reload_producer_state(self.producers, keep, log_start_offset=self._log_start_offset,
+                              log_end_offset=self._next_offset, clean_shutdown=False, fmt=self.format)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment and start an empty log at `offset`."""
@@ -570,7 +553,7 @@ class Log:
         for segment in self._segments:
             segment.delete()
         fresh = LogSegment(self.directory, offset, index_interval_bytes=self.config.index_interval_bytes,
-                           max_index_size=self.config.segment_index_bytes, fmt=self.format)
+                           max_index_size=self.config.segment_index_bytes, fmt=self.format, fs=self.fs)
         self._set_segments([fresh])
         self._next_offset = offset
         self._log_start_offset = offset
@@ -604,7 +587,8 @@ class Log:
         config = self.config
         with self._lock:
             self._check_open()
-            deleted = self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset)
+            deleted = self._delete_segments(
+                lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset)
             if not config.deletes:
                 return deleted
             if config.retention_ms >= 0:
@@ -660,18 +644,15 @@ class Log:
             if end is None or end >= len(segments) or any(a is not b for a, b in zip(segments[start:end], replaced)):
                 return False
             cleaned.rename_with_suffix(SWAP_SUFFIX)
-            fsync_dir(self.directory)
-            crash_point("cleaner-swap-renamed")
+            fsync_dir(self.directory, self.fs)
             due = time.monotonic() + self.config.file_delete_delay_ms / 1000
             for segment in replaced:
                 segment.rename_with_suffix(DELETED_SUFFIX)
                 self._pending_deletes.append((due, segment))
-                crash_point("cleaner-old-renamed")
-            fsync_dir(self.directory)
+            fsync_dir(self.directory, self.fs)
             cleaned.rename_with_suffix("")
-            fsync_dir(self.directory)
+            fsync_dir(self.directory, self.fs)
             self._set_segments(segments[:start] + [cleaned] + segments[end:])
-        crash_point("cleaner-swapped")
         return True
 
     def delete_expired_files(self, now: float | None = None, *, all_now: bool = False) -> int:
@@ -723,9 +704,9 @@ class Log:
                 self._pending_deletes = []
                 for segment in self._segments:
                     segment.delete()
-            shutil.rmtree(self.directory, ignore_errors=True)
+            self.fs.rmtree(self.directory)
 
-    def __enter__(self) -> "Log":
+    def __enter__(self) -> Log:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,11 +12,13 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Callable, Mapping, Sequence
+from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint, write_atomically
 from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, log_to_clean
+from logstore.filesystem import OS, FileSystem
 from logstore.log import Log
 
 log = logging.getLogger(__name__)
@@ -35,24 +37,24 @@ CLEANER_DEFAULTS: dict[str, object] = {
 }
 
 
-def read_cleaner_state(log_dir: str) -> dict[str, dict]:
+def read_cleaner_state(log_dir: str, fs: FileSystem = OS) -> dict[str, dict[str, Any]]:
     """The last round's figures per partition (`<topic>-<partition>`) in one log dir ({} if none yet)."""
     try:
-        with open(os.path.join(log_dir, CLEANER_STATE), "rb") as f:
-            doc = json.loads(f.read().decode("utf-8"))
+        doc = json.loads(fs.read_file(os.path.join(log_dir, CLEANER_STATE)).decode("utf-8"))
     except FileNotFoundError:
         return {}
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, str(exc)) from None
     if not isinstance(doc, dict) or doc.get("version") != 0 or not isinstance(doc.get("logs"), dict):
         raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, "expected version 0 and logs")
-    return doc["logs"]
+    logs: dict[str, dict[str, Any]] = doc["logs"]
+    return logs
 
 
-def read_cleaner_checkpoints(log_dir: str) -> dict[tuple[str, int], int]:
+def read_cleaner_checkpoints(log_dir: str, fs: FileSystem = OS) -> dict[tuple[str, int], int]:
     """The cleaner checkpoint of one log dir ({} if there is none)."""
     try:
-        return OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT)).read()
+        return OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT), fs).read()
     except FileNotFoundError:
         return {}
 
@@ -66,8 +68,9 @@ class LogCleaner:
     """
 
     def __init__(self, logs: Callable[[], Mapping[tuple[str, int], Log]], log_dirs: Sequence[str],
-                 settings: Mapping[str, object], *, clock: Callable[[], int] | None = None):
+                 settings: Mapping[str, Any], *, clock: Callable[[], int] | None = None, fs: FileSystem = OS):
         self._logs = logs
+        self._fs = fs
         self._log_dirs = list(log_dirs)
         self._backoff_s = int(settings["log.cleaner.backoff.ms"]) / 1000
         self._clock = clock or (lambda: int(time.time() * 1000))
@@ -80,10 +83,10 @@ class LogCleaner:
         self._cleaner = Cleaner(int(settings["log.cleaner.dedupe.buffer.size"]),
                                 float(settings["log.cleaner.io.buffer.load.factor"]),
                                 clock=self._clock, should_stop=self._stopping,
-                                io_buffer_bytes=int(settings["log.cleaner.io.buffer.size"]))
+                                io_buffer_bytes=int(settings["log.cleaner.io.buffer.size"]), fs=fs)
         self.checkpoints: dict[tuple[str, int], int] = {}
         for log_dir in self._log_dirs:
-            self.checkpoints.update(read_cleaner_checkpoints(log_dir))
+            self.checkpoints.update(read_cleaner_checkpoints(log_dir, fs))
         self.last_stats: dict[tuple[str, int], CleanerStats] = {}
         self.rounds = 0
         self._started = 0
@@ -106,7 +109,7 @@ class LogCleaner:
         return self._stop.is_set() or self._pausing.is_set()
 
     @contextmanager
-    def paused(self):
+    def paused(self) -> Iterator[None]:
         """Abort the round under way and run no other while the block runs (before a log is deleted)."""
         self._pausing.set()
         try:
@@ -176,22 +179,24 @@ class LogCleaner:
         # Entries of deleted partitions drop out here.
         mine = {key: offset for key, offset in self.checkpoints.items()
                 if key in logs and os.path.dirname(logs[key].directory) == log_dir}
-        OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT)).write(mine)
+        OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT), self._fs).write(mine)
 
     def _write_state(self, log_dir: str, name: str, stats: CleanerStats) -> None:
         try:
-            logs = read_cleaner_state(log_dir)
+            logs = read_cleaner_state(log_dir, self._fs)
         except CorruptCheckpointError:
             logs = {}
         previous = logs.get(name, {})
-        logs[name] = {"last_clean_ms": int(stats.finished * 1000), "duration_ms": int((stats.finished - stats.started) * 1000),
+        logs[name] = {"last_clean_ms": int(stats.finished * 1000),
+                      "duration_ms": int((stats.finished - stats.started) * 1000),
                       "end_offset": stats.end_offset, "bytes_read": stats.bytes_read,
                       "bytes_written": stats.bytes_written, "bytes_reclaimed": stats.bytes_reclaimed,
                       "bytes_reclaimed_total": previous.get("bytes_reclaimed_total", 0) + stats.bytes_reclaimed,
                       "records_read": stats.records_read, "records_kept": stats.records_kept,
                       "keys_mapped": stats.keys_mapped, "rounds": previous.get("rounds", 0) + 1}
         doc = {"version": 0, "logs": {n: logs[n] for n in sorted(logs)}}
-        write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"), fsync=False)
+        write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"), fsync=False,
+                         fs=self._fs)
 
     def await_round(self, timeout_s: float) -> bool:
         """Wake the cleaner and wait until it finished a round that started after this call."""

@@ -11,20 +11,21 @@ Topic config overrides persist in `topic-configs` (see `logstore.topics`).
 A directory Kafka wrote is opened as Kafka left it: `__cluster_metadata-0`
 is read, never loaded as a partition (see `logstore.kafka_metadata`), and
 Kafka's internal topics keep their compaction without any override on disk.
+Files are reached through the store's `FileSystem` (`fs`, default the real one).
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
-import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from logstore.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -48,14 +49,20 @@ from logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from logstore.formats import DEFAULT_FORMAT
-from logstore.kafka_metadata import (METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata,
-                                     record_applied)
+from logstore.filenames import parse_partition_dir, partition_dir_name
+from logstore.filesystem import OS, FileSystem
+from logstore.formats import DEFAULT_FORMAT, LogFormat
+from logstore.kafka_metadata import METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata, record_applied
 from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
-from logstore.log import Log, parse_partition_dir
+from logstore.log import Log
 from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
-from logstore.topics import (TOPIC_CONFIGS_FILE, encode_topic_configs, read_topic_configs, topic_level,
-                             validate_topic_name)
+from logstore.topics import (
+    TOPIC_CONFIGS_FILE,
+    encode_topic_configs,
+    read_topic_configs,
+    topic_level,
+    validate_topic_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +113,10 @@ class LogManager:
     """
 
     def __init__(self, log_dirs: str | Iterable[str], config: Mapping[str, Any] | LogConfig | None = None, *,
-                 topic_configs: Mapping[str, Mapping[str, Any]] | None = None, fmt=DEFAULT_FORMAT,
+                 topic_configs: Mapping[str, Mapping[str, Any]] | None = None, fmt: LogFormat = DEFAULT_FORMAT,
                  broker_settings: Mapping[str, Any] | None = None, start_scheduler: bool = True,
-                 topic_defaults: Mapping[str, Mapping[str, Any]] | None = None):
+                 topic_defaults: Mapping[str, Mapping[str, Any]] | None = None, fs: FileSystem = OS):
+        self.fs = fs
         self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
         if not self.log_dirs:
             raise ValueError("at least one log dir is needed")
@@ -134,14 +142,14 @@ class LogManager:
         self._dir_locks: list[DirLock] = []
         try:
             for d in self.log_dirs:
-                os.makedirs(d, exist_ok=True)
-                self._dir_locks.append(DirLock(d))
+                fs.makedirs(d, exist_ok=True)
+                self._dir_locks.append(DirLock(d, fs))
             self._load_all()
         except BaseException:
             self._release_dirs()
             raise
         # Compacts the logs whose cleanup.policy has `compact`; its thread runs beside the scheduler's.
-        self.cleaner = LogCleaner(self.logs, self.log_dirs, self.settings)
+        self.cleaner = LogCleaner(self.logs, self.log_dirs, self.settings, fs=fs)
         if start_scheduler:
             self._scheduler = threading.Thread(target=self._run_schedule, name="logstore-scheduler", daemon=True)
             self._scheduler.start()
@@ -154,15 +162,15 @@ class LogManager:
         started = time.monotonic()
         jobs = []
         for log_dir in self.log_dirs:
-            clean = read_clean_shutdown_marker(log_dir)
-            recovery = OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).read()
-            starts = OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).read()
-            for name in sorted(os.listdir(log_dir)):
+            clean = read_clean_shutdown_marker(log_dir, self.fs)
+            recovery = OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), self.fs).read()
+            starts = OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT), self.fs).read()
+            for name in sorted(self.fs.listdir(log_dir)):
                 path = os.path.join(log_dir, name)
-                if not os.path.isdir(path):
+                if not self.fs.isdir(path):
                     continue
                 if DELETE_DIR.fullmatch(name):
-                    shutil.rmtree(path, ignore_errors=True)
+                    self.fs.rmtree(path)
                     continue
                 key = partition_key(name)
                 # Kafka's metadata log is read, not served: its retention is by snapshot, not by config.
@@ -194,7 +202,7 @@ class LogManager:
                 raise
         self._name_topics_without_ids()
         for log_dir in self.log_dirs:
-            remove_clean_shutdown_marker(log_dir)
+            remove_clean_shutdown_marker(log_dir, self.fs)
         log.info("opened %d partitions in %.2f s", total, time.monotonic() - started)
 
     def _name_topics_without_ids(self) -> None:
@@ -240,11 +248,11 @@ class LogManager:
         # A ZooKeeper-era directory carries no topic configs, but Kafka's cleaner checkpoints only the logs it
         # compacts: those topics keep compacting here rather than fall to retention. Only on a directory no
         # store has opened (no topic-configs, no cleaner-state.json), so a policy changed here later stands.
-        if any(os.path.exists(os.path.join(d, name)) for d in self.log_dirs for name in (TOPIC_CONFIGS_FILE,
+        if any(self.fs.exists(os.path.join(d, name)) for d in self.log_dirs for name in (TOPIC_CONFIGS_FILE,
                                                                                           CLEANER_STATE)):
             return
         cleaned = {topic for d in self.log_dirs
-                   for topic, _ in OffsetCheckpoint(os.path.join(d, CLEANER_CHECKPOINT)).read()}
+                   for topic, _ in OffsetCheckpoint(os.path.join(d, CLEANER_CHECKPOINT), self.fs).read()}
         found = sorted((cleaned & present) - set(self._topic_bases))
         if found:
             self._store_topic_configs({**self._stored_overrides, **{t: {"cleanup.policy": "compact"} for t in found}})
@@ -255,11 +263,11 @@ class LogManager:
         self._config_generation += 1
         data = encode_topic_configs(self._config_generation, topics)
         for log_dir in self.log_dirs:
-            write_atomically(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data)
+            write_atomically(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data, fs=self.fs)
         self._stored_overrides = topics
 
     def _open_log(self, path: str, config: LogConfig, **kwargs) -> Log:
-        opened = Log.open(path, config, fmt=self.format,
+        opened = Log.open(path, config, fmt=self.format, fs=self.fs,
                           producer_id_expiration_ms=int(self.settings["producer.id.expiration.ms"]), **kwargs)
         # Kafka rewrites the checkpoint at once: a stale recovery point above a truncation
         # would let a crash skip the scan of what is appended there next.
@@ -274,8 +282,8 @@ class LogManager:
             self._logs[key] = opened
             self.reports.append(opened.recovery_report)
             metadata = os.path.join(path, PARTITION_METADATA)
-            if topic not in self._topic_ids and os.path.exists(metadata):
-                self._topic_ids[topic] = read_partition_metadata(metadata)
+            if topic not in self._topic_ids and self.fs.exists(metadata):
+                self._topic_ids[topic] = read_partition_metadata(metadata, self.fs)
 
     # -- topics --------------------------------------------------------------------------
 
@@ -367,10 +375,13 @@ class LogManager:
         # would send keys hashed over it (group and transactional ids) to the wrong partition.
         opened = {}
         for partition in partitions:
-            path = os.path.join(self._least_loaded_dir(opened), f"{name}-{partition}")
-            os.makedirs(path)
-            write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id)
+            path = os.path.join(self._least_loaded_dir(opened), partition_dir_name(name, partition))
+            self.fs.makedirs(path)
+            write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, self.fs)
             opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
+        # The new directories' names are durable before the topic is: a power cut cannot take it back.
+        for log_dir in sorted({os.path.dirname(o.directory) for o in opened.values()}):
+            self.fs.fsync_dir(log_dir)
         self._logs.update(opened)
         self.topics_version += 1
 
@@ -427,8 +438,10 @@ class LogManager:
                 with self.cleaner.paused():
                     doomed.close()
                 renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
-                os.rename(doomed.directory, renamed)
-                shutil.rmtree(renamed, ignore_errors=True)
+                self.fs.rename(doomed.directory, renamed)
+                # As Kafka's renameDir: the rename is durable before the files go.
+                self.fs.fsync_dir(os.path.dirname(renamed))
+                self.fs.rmtree(renamed)
             self._topic_ids.pop(name, None)
             self._given_overrides.pop(name, None)
             if name in self._stored_overrides:
@@ -473,9 +486,9 @@ class LogManager:
         with self._lock:
             for log_dir in self.log_dirs:
                 mine = {k: v for k, v in self._logs.items() if os.path.dirname(v.directory) == log_dir}
-                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)).write(
+                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), self.fs).write(
                     {k: v.recovery_point for k, v in mine.items()})
-                OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).write(
+                OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT), self.fs).write(
                     {k: v.log_start_offset for k, v in mine.items()})
 
     def run_retention(self, now_ms: int | None = None) -> int:
@@ -541,7 +554,7 @@ class LogManager:
             # A directory holding a log that failed to flush is recovered on the next open.
             for log_dir in self.log_dirs:
                 if log_dir not in unclean:
-                    write_clean_shutdown_marker(log_dir)
+                    write_clean_shutdown_marker(log_dir, fs=self.fs)
         finally:
             self._release_dirs()
         if unclean:
@@ -552,7 +565,7 @@ class LogManager:
             held.release()
         self._dir_locks.clear()
 
-    def __enter__(self) -> "LogManager":
+    def __enter__(self) -> LogManager:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -27,11 +27,22 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from logstore.checkpoints import topic_id_from_string, topic_id_to_string
 from logstore.errors import CorruptRecordError
 from logstore.formats import kafka as K
+
+Reader = Callable[[bytes, int], tuple[Any, int]]
+"""Reads one value at a position: (value, the position after it)."""
+Presenter = Callable[[Any], Any]
+"""A raw value in Kafka's JSON form (uuids as base64url text)."""
+Writer = Callable[[bytearray, Any], None]
+"""Appends one value."""
+LeadingReader = Callable[[bytes, int], Sequence[Any]]
+"""Reads the leading fields of a message: their raw values."""
 
 PRIMITIVES = frozenset({"int8", "int16", "int32", "int64", "uint16", "float64", "bool", "uuid", "string",
                         "bytes"})
@@ -223,7 +234,7 @@ class FieldSpec:
     last: int
     tag: int | None
     default: object
-    fields: tuple["FieldSpec", ...] = ()
+    fields: tuple[FieldSpec, ...] = ()
 
     @property
     def json_name(self) -> str:
@@ -256,12 +267,15 @@ class MessageSchema:
         return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", self.name).upper()
 
 
+_Entry = tuple[FieldSpec, list["_Entry"]]
+"""A parsed field line and the lines nested under it."""
+
 _HEADER = re.compile(r"(\d+) (\w+) (\d+)-(\d+)$")
 _VERSIONS = re.compile(r"(\d+)(\+|-(\d+))$")
 _NO_LAST = 0x7FFF
 
 
-def _default(type_: str, nullable: bool, text: str | None):
+def _default(type_: str, nullable: bool, text: str | None) -> object:
     if text is not None:
         return {"true": True, "false": False}.get(text) if text in ("true", "false") else int(text)
     if nullable:
@@ -294,10 +308,10 @@ def _parse_field(line: str) -> FieldSpec:
 def _parse_table(text: str) -> dict[int, MessageSchema]:
     messages: dict[int, MessageSchema] = {}
     # Each entry: (indent, FieldSpec, its child list); the message's own list sits at indent -1.
-    header = None
-    stack: list[tuple[int, list]] = []
+    header: tuple[int, str, int, int] | None = None
+    stack: list[tuple[int, list[_Entry]]] = []
 
-    def close_message():
+    def close_message() -> None:
         if header is not None:
             key, name, first, last = header
             messages[key] = MessageSchema(key, name, first, last, _freeze(stack[0][1]))
@@ -316,14 +330,14 @@ def _parse_table(text: str) -> dict[int, MessageSchema]:
         indent = len(raw) - len(raw.lstrip(" "))
         while stack[-1][0] >= indent:
             stack.pop()
-        children: list = []
+        children: list[_Entry] = []
         stack[-1][1].append((_parse_field(raw), children))
         stack.append((indent, children))
     close_message()
     return messages
 
 
-def _freeze(entries: list) -> tuple[FieldSpec, ...]:
+def _freeze(entries: list[_Entry]) -> tuple[FieldSpec, ...]:
     out = []
     for spec, children in entries:
         if children:
@@ -372,13 +386,13 @@ _FIXED = {"int8": "b", "int16": "h", "int32": "i", "int64": "q", "uint16": "H", 
 """The struct format of each fixed-size type."""
 
 
-def _fixed(fmt: str):
+def _fixed(fmt: str) -> Reader:
     unpack, size = struct.Struct(">" + fmt).unpack_from, struct.calcsize(">" + fmt)
     return lambda buf, pos: (unpack(buf, pos)[0], pos + size)
 
 
-def _text(nullable: bool):
-    def read(buf, pos):
+def _text(nullable: bool) -> Reader:
+    def read(buf: bytes, pos: int) -> tuple[str | None, int]:
         n = buf[pos]
         if 0 < n < 0x80:  # a short string: its length in one byte
             start, end = pos + 1, pos + n
@@ -397,27 +411,27 @@ def _text(nullable: bool):
     return read
 
 
-def _blob(nullable: bool):
-    def read(buf, pos):
+def _blob(nullable: bool) -> Reader:
+    def read(buf: bytes, pos: int) -> tuple[bytes | None, int]:
         n, pos = _length(buf, pos, nullable, "byte string")
         return (None, pos) if n < 0 else (buf[pos:pos + n], pos + n)
     return read
 
 
-def _int32_array(nullable: bool):
+def _int32_array(nullable: bool) -> Reader:
     # Replica lists are most of a PartitionRecord: one unpack for the whole array.
-    def read(buf, pos):
+    def read(buf: bytes, pos: int) -> tuple[list[int] | None, int]:
         n, pos = _length(buf, pos, nullable, "array")
         return (None, pos) if n < 0 else (list(struct.unpack_from(f">{n}i", buf, pos)), pos + 4 * n)
     return read
 
 
-def _array(element, nullable: bool):
-    def read(buf, pos):
+def _array(element: Reader, nullable: bool) -> Reader:
+    def read(buf: bytes, pos: int) -> tuple[list[Any] | None, int]:
         n, pos = _length(buf, pos, nullable, "array")
         if n < 0:
             return None, pos
-        out = []
+        out: list[Any] = []
         for _ in range(n):
             value, pos = element(buf, pos)
             out.append(value)
@@ -431,15 +445,16 @@ _READ = {type_: _fixed(fmt) for type_, fmt in _FIXED.items()}
 class _Layout:
     """One message at one version, ready to decode: (json name, reader, presenter) per field."""
 
-    def __init__(self, fields: tuple[FieldSpec, ...], version: int):
+    def __init__(self, fields: tuple[FieldSpec, ...], version: int) -> None:
         present = [f for f in fields if f.in_version(version)]
         self.regular = tuple((f.json_name, _reader(f, version), _presenter(f)) for f in present if f.tag is None)
-        self.tagged = {f.tag: (f.json_name, _reader(f, version), _presenter(f), f.default)
-                       for f in present if f.tag is not None}
+        self.tagged: dict[int, tuple[str, Reader, Presenter | None, object]] = {
+            f.tag: (f.json_name, _reader(f, version), _presenter(f), f.default)
+            for f in present if f.tag is not None}
         self.specs = present
 
 
-def _reader(spec: FieldSpec, version: int):
+def _reader(spec: FieldSpec, version: int) -> Reader:
     element = spec.element
     if element is None:
         if spec.type in ("string", "bytes"):
@@ -454,7 +469,7 @@ def _reader(spec: FieldSpec, version: int):
     return _array(_reader(inner, version), spec.nullable)
 
 
-def _presenter(spec: FieldSpec):
+def _presenter(spec: FieldSpec) -> Presenter | None:
     """Raw value → Kafka's form, for uuids (base64url text); None when the raw value is the form."""
     if spec.type == "uuid":
         return topic_id_to_string
@@ -463,8 +478,8 @@ def _presenter(spec: FieldSpec):
     return None
 
 
-def _decode_struct(layout: _Layout, buf: bytes, pos: int) -> tuple[dict, int]:
-    out = {}
+def _decode_struct(layout: _Layout, buf: bytes, pos: int) -> tuple[dict[str, Any], int]:
+    out: dict[str, Any] = {}
     for name, read, present in layout.regular:
         value, pos = read(buf, pos)
         out[name] = value if present is None else present(value)
@@ -498,7 +513,7 @@ def _layout(schema: MessageSchema, version: int) -> _Layout:
     return found
 
 
-def decode_message(schema: MessageSchema, version: int, buf: bytes, pos: int = 0) -> tuple[dict, int]:
+def decode_message(schema: MessageSchema, version: int, buf: bytes, pos: int = 0) -> tuple[dict[str, Any], int]:
     """The fields of `schema` at `version` from `buf` at `pos` (Kafka's JSON names) and the position after.
 
     Raises CorruptRecordError, or struct.error/IndexError for bytes that end too soon.
@@ -522,43 +537,43 @@ def _put_length(out: bytearray, n: int | None, spec: FieldSpec) -> None:
         put_uvarint(out, n + 1)
 
 
-def _pack(fmt: str):
+def _pack(fmt: str) -> Writer:
     pack = struct.Struct(fmt).pack
     return lambda out, value: out.extend(pack(value))
 
 
-def _put_uuid(out: bytearray, value) -> None:
+def _put_uuid(out: bytearray, value: str | bytes) -> None:
     raw = topic_id_from_string(value) if isinstance(value, str) else bytes(value)
     if len(raw) != 16:
         raise ValueError(f"a uuid is 16 bytes, not {len(raw)}")
     out += raw
 
 
-_WRITE = {**{type_: _pack(">" + fmt) for type_, fmt in _FIXED.items()}, "uuid": _put_uuid,
+_WRITE: dict[str, Writer] = {**{type_: _pack(">" + fmt) for type_, fmt in _FIXED.items()}, "uuid": _put_uuid,
           "bool": lambda out, value: out.append(1 if value else 0)}
-_WRITERS: dict[tuple[int, int], object] = {}
+_WRITERS: dict[tuple[int, int], Writer] = {}
 
 
-def _writer(spec: FieldSpec, version: int):
+def _writer(spec: FieldSpec, version: int) -> Writer:
     found = _WRITERS.get((id(spec), version))
     if found is None:
         found = _WRITERS[id(spec), version] = _make_writer(spec, version)
     return found
 
 
-def _make_writer(spec: FieldSpec, version: int):
+def _make_writer(spec: FieldSpec, version: int) -> Writer:
     element = spec.element
     if element is not None:
         inner = _make_writer(FieldSpec(spec.name, element, False, spec.first, spec.last, None, None, spec.fields),
                              version)
 
-        def put_array(out, values):
+        def put_array(out: bytearray, values: Sequence[Any] | None) -> None:
             _put_length(out, None if values is None else len(values), spec)
             for value in values or ():
                 inner(out, value)
         return put_array
     if spec.type in ("string", "bytes"):
-        def put_bytes(out, value):
+        def put_bytes(out: bytearray, value: str | bytes | None) -> None:
             raw = value.encode("utf-8") if isinstance(value, str) else value
             _put_length(out, None if raw is None else len(raw), spec)
             out += raw or b""
@@ -569,26 +584,26 @@ def _make_writer(spec: FieldSpec, version: int):
     return lambda out, value: _encode_struct(fields, version, value or {}, out)
 
 
-def _encode_struct(fields: tuple[FieldSpec, ...], version: int, data: dict, out: bytearray) -> None:
+def _encode_struct(fields: tuple[FieldSpec, ...], version: int, data: dict[str, Any], out: bytearray) -> None:
     unknown = set(data) - {f.json_name for f in fields}
     if unknown:
         raise ValueError(f"fields not in this version: {sorted(unknown)}")
-    tagged = []
+    tagged: list[tuple[int, FieldSpec]] = []
     for spec in fields:
         if spec.tag is None:
             _writer(spec, version)(out, data.get(spec.json_name, spec.default))
         elif spec.json_name in data and data[spec.json_name] != spec.default:
-            tagged.append(spec)
+            tagged.append((spec.tag, spec))
     put_uvarint(out, len(tagged))
-    for spec in sorted(tagged, key=lambda f: f.tag):
+    for tag, spec in sorted(tagged, key=lambda t: t[0]):
         payload = bytearray()
         _writer(spec, version)(payload, data[spec.json_name])
-        put_uvarint(out, spec.tag)
+        put_uvarint(out, tag)
         put_uvarint(out, len(payload))
         out += payload
 
 
-def encode_message(schema: MessageSchema, version: int, data: dict, out: bytearray) -> None:
+def encode_message(schema: MessageSchema, version: int, data: dict[str, Any], out: bytearray) -> None:
     """Append the fields of `schema` at `version`; fields left out of `data` take Kafka's defaults.
 
     ValueError for a field the version does not have or a value its type cannot hold.
@@ -599,10 +614,10 @@ def encode_message(schema: MessageSchema, version: int, data: dict, out: bytearr
         raise ValueError(f"{schema.name}: {exc}") from None
 
 
-_LEADING: dict[tuple[MessageSchema, int, int], object] = {}
+_LEADING: dict[tuple[MessageSchema, int, int], LeadingReader] = {}
 
 
-def leading_fields(schema: MessageSchema, version: int, count: int):
+def leading_fields(schema: MessageSchema, version: int, count: int) -> LeadingReader:
     """A reader of the first `count` regular fields of a message: (buf, pos) -> their raw values
     (uuids as 16 bytes), the rest of the message left unread.
 
@@ -619,11 +634,12 @@ def leading_fields(schema: MessageSchema, version: int, count: int):
         else:
             readers = tuple(read for _, read, _ in layout.regular[:count])
 
-            def found(buf, pos):
-                values = []
+            def read_leading(buf: bytes, pos: int) -> list[Any]:
+                values: list[Any] = []
                 for read in readers:
                     value, pos = read(buf, pos)
                     values.append(value)
                 return values
+            found = read_leading
         _LEADING[schema, version, count] = found
     return found

@@ -7,35 +7,33 @@ stage and committed only after its bytes are written; markers complete
 transactions and aborted ones go to the `.txnindex` of the marker's segment;
 the first offset of the oldest open transaction bounds the last stable
 offset; `.snapshot` files (Kafka's format) let a restart replay only the log
-after the newest one.
+after the newest one. Rebuilding the state from the segments is the loader's
+(`producer_rebuild.py`): this module never reads a segment.
 """
 from __future__ import annotations
 
 import heapq
 import logging
 import os
-import re
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from logstore.errors import (
-    CorruptSnapshotError,
     InvalidProducerEpochError,
     InvalidTxnStateError,
     OutOfOrderSequenceError,
     TransactionCoordinatorFencedError,
 )
+from logstore.filenames import SNAPSHOT_SUFFIX, offset_path, parse_offset
+from logstore.filesystem import OS, FileSystem
 from logstore.index import AbortedTxn, TxnIndex
-from logstore.segment import segments_between
 from logstore.native import producer_state as native
 from logstore.native.producer_state import ProducerEntry, ProducerTable
 
 log = logging.getLogger(__name__)
 
-SNAPSHOT_SUFFIX = ".snapshot"
-_SNAPSHOT_NAME = re.compile(r"^(\d{20})\.snapshot$")
 DEFAULT_EXPIRATION_MS = 86_400_000
 
 ORIGIN_CLIENT = native.ORIGIN_CLIENT
@@ -55,7 +53,7 @@ __all__ = ["ProducerStateManager", "ProducerEntry", "CompletedTxn", "PreparedApp
 
 def snapshot_path(directory: str, offset: int) -> str:
     """`<20-digit offset>.snapshot` in a partition directory."""
-    return os.path.join(directory, f"{offset:020d}{SNAPSHOT_SUFFIX}")
+    return offset_path(directory, offset, SNAPSHOT_SUFFIX)
 
 
 @dataclass(frozen=True)
@@ -78,18 +76,6 @@ class PreparedAppend:
     """(first offset, last offset, timestamp) of the cached batch a retry matched."""
 
 
-@dataclass
-class SnapshotLoad:
-    """How producer state was rebuilt on open."""
-
-    snapshot_offset: int | None = None
-    corrupt_snapshots: list[tuple[int, str]] = field(default_factory=list)
-    replayed_from: int | None = None
-    replayed_batches: int = 0
-    """Batches with a producer id applied to the state after the snapshot."""
-    rebuilt_txn_indexes: list[int] = field(default_factory=list)
-
-
 def _raise_for(code: int, pid: int, epoch: int, detail: str) -> None:
     error = _ERRORS.get(code)
     if error is not None:
@@ -100,11 +86,10 @@ def _raise_for(code: int, pid: int, epoch: int, detail: str) -> None:
 class ProducerStateManager:
     """One partition's producer table, open transactions and `.snapshot` files."""
 
-    def __init__(self, directory: str, *, expiration_ms: int = DEFAULT_EXPIRATION_MS, read_only: bool = False):
+    def __init__(self, directory: str, *, expiration_ms: int = DEFAULT_EXPIRATION_MS, fs: FileSystem = OS):
         self.directory = directory
+        self.fs = fs
         self.expiration_ms = expiration_ms
-        # A reader beside a running writer: a snapshot it cannot parse may be mid-write, so it stays.
-        self.read_only = read_only
         self.table = ProducerTable()
         self.map_end_offset = 0
         self._ongoing: dict[int, int] = {}
@@ -114,7 +99,6 @@ class ProducerStateManager:
         self._ongoing_heap: list[tuple[int, int]] = []
         self._heap_lock = threading.RLock()
         self._current_snapshot: int | None = None  # the snapshot file this state came from or went to
-        self.load_report = SnapshotLoad()
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -138,6 +122,14 @@ class ProducerStateManager:
             while heap and self._ongoing.get(heap[0][1]) != heap[0][0]:
                 heapq.heappop(heap)
             return heap[0][0] if heap else None
+
+    def last_stable_offset(self, log_start_offset: int, high_watermark: int) -> int:
+        """Where read_committed reads stop: the first offset of the oldest open transaction (never below
+        the log start), else the high watermark."""
+        unstable = self.first_unstable_offset()
+        if unstable is None or unstable >= high_watermark:
+            return high_watermark
+        return max(unstable, log_start_offset)
 
     # -- appends ---------------------------------------------------------------------------
 
@@ -221,9 +213,9 @@ class ProducerStateManager:
 
     # -- replay ----------------------------------------------------------------------------
 
-    def replay(self, batch, read_marker, txn_index: TxnIndex | None = None) -> None:
-        """Apply one batch already in the log (recovery): no checks; aborted markers go to
-        `txn_index` when it is given (a rebuild)."""
+    def replay(self, batch, read_marker, txn_index=None) -> None:
+        """Apply one batch already in the log (recovery): no checks; the transactions its marker aborts
+        are appended to `txn_index` (a `TxnIndex`, or any sink with `append`) when it is given."""
         pid = batch.producer_id
         if pid >= 0:
             if batch.is_control:
@@ -247,12 +239,8 @@ class ProducerStateManager:
 
     def snapshot_offsets(self) -> list[int]:
         """Offsets of the `.snapshot` files in the directory, oldest first."""
-        found = []
-        for name in os.listdir(self.directory):
-            match = _SNAPSHOT_NAME.match(name)
-            if match:
-                found.append(int(match.group(1)))
-        return sorted(found)
+        found = (parse_offset(name, SNAPSHOT_SUFFIX) for name in self.fs.listdir(self.directory))
+        return sorted(offset for offset in found if offset is not None)
 
     def take_snapshot(self, *, sync: bool = True) -> str | None:
         """Write `<map end offset>.snapshot` unless this state was just loaded from or written to it;
@@ -260,20 +248,21 @@ class ProducerStateManager:
         path = snapshot_path(self.directory, self.map_end_offset)
         # A file of that name from before (a kill inside its write, a truncated-away
         # past) is not this state: only our own is kept.
-        if self.map_end_offset == self._current_snapshot and os.path.exists(path):
+        if self.map_end_offset == self._current_snapshot and self.fs.exists(path):
             return None
         data = self.table.to_snapshot()
         # Kafka writes in place rather than rename: a torn file fails its CRC on load
         # and the previous snapshot is used.
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fs = self.fs
+        fd = fs.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[fs.write(fd, view):]
             if sync:
-                os.fsync(fd)
+                fs.fsync(fd)
         finally:
-            os.close(fd)
+            fs.close(fd)
         self._current_snapshot = self.map_end_offset
         return path
 
@@ -283,32 +272,23 @@ class ProducerStateManager:
         for offset in self.snapshot_offsets():
             if not keep(offset):
                 try:
-                    os.unlink(snapshot_path(self.directory, offset))
+                    self.fs.unlink(snapshot_path(self.directory, offset))
                 except FileNotFoundError:
                     pass
                 removed.append(offset)
         return removed
 
-    def _read_snapshot(self, offset: int, now_ms: int) -> ProducerTable | None:
-        path = snapshot_path(self.directory, offset)
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            return ProducerTable.from_snapshot(data, now_ms, self.expiration_ms)
-        except (CorruptSnapshotError, OSError) as exc:
-            reason = str(exc)
-            log.warning("%s: snapshot %d is corrupt (%s); using an older one", self.directory, offset, reason)
-            self.load_report.corrupt_snapshots.append((offset, reason))
-            if not self.read_only:
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
-            return None
+    def read_snapshot(self, offset: int, now_ms: int) -> ProducerTable:
+        """The table the `.snapshot` at `offset` holds (producers idle past expiration left out);
+        CorruptSnapshotError or OSError when it cannot be read. Changes nothing."""
+        data = self.fs.read_file(snapshot_path(self.directory, offset))
+        return ProducerTable.from_snapshot(data, now_ms, self.expiration_ms)
 
-    def _reset(self, table: ProducerTable, map_end_offset: int) -> None:
+    def restore(self, table: ProducerTable, map_end_offset: int, *, snapshot: int | None = None) -> None:
+        """Replace the whole state by `table`, which reflects the log below `map_end_offset`
+        (read from the snapshot at `snapshot`, if any)."""
         self.table = table
-        self._current_snapshot = None
+        self._current_snapshot = snapshot
         self.map_end_offset = map_end_offset
         ongoing = {pid: first for first, pid in table.open_transactions()}
         heap = [(first, pid) for pid, first in ongoing.items()]
@@ -319,102 +299,7 @@ class ProducerStateManager:
     def reset(self, offset: int) -> None:
         """Forget every producer and snapshot: the log now starts empty at `offset`."""
         self.delete_snapshots(lambda o: False)
-        self._reset(ProducerTable(), offset)
-
-    def load_snapshot_at_or_below(self, offset: int, log_start_offset: int, now_ms: int | None = None) -> int:
-        """Load the newest readable snapshot at or below `offset` (deleting corrupt ones), or start
-        empty at `log_start_offset`; returns the offset the state now reflects."""
-        now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-        for candidate in reversed([o for o in self.snapshot_offsets() if o <= offset]):
-            table = self._read_snapshot(candidate, now_ms)
-            if table is not None:
-                self._reset(table, candidate)
-                self.load_report.snapshot_offset = self._current_snapshot = candidate
-                return candidate
-        self._reset(ProducerTable(), log_start_offset)
-        return log_start_offset
-
-    def _remove_stray_snapshots(self, segments, log_start_offset: int, log_end_offset: int | None) -> None:
-        # Kafka keeps snapshots at segment bases, and the newest one if it is above every base.
-        bases = {s.base_offset for s in segments}
-        top = max(bases, default=0)
-        self.delete_snapshots(lambda o: o >= log_start_offset and (log_end_offset is None or o <= log_end_offset)
-                              and (o in bases or o > top))
-
-    def load(self, segments, *, log_start_offset: int, log_end_offset: int, clean_shutdown: bool, fmt,
-             now_ms: int | None = None) -> SnapshotLoad:
-        """Rebuild the state of a log that recovery did not rescan: the newest readable snapshot at or
-        below the log end, then a replay of the log after it (Kafka's loader and truncateAndReload)."""
-        self.load_report = report = SnapshotLoad()
-        self._remove_stray_snapshots(segments, log_start_offset, log_end_offset)
-        had_snapshots = bool(self.snapshot_offsets())
-        start = self.load_snapshot_at_or_below(log_end_offset, log_start_offset, now_ms)
-        if not had_snapshots and clean_shutdown:
-            # Kafka's rule: a cleanly closed log with no snapshot at all predates idempotence.
-            self.map_end_offset = log_end_offset
-            return report
-        if start < log_end_offset:
-            report.replayed_from = start
-            self.replay_range(segments, start, log_end_offset, fmt)
-        self.map_end_offset = log_end_offset
-        return report
-
-    def begin_rebuild(self, segments, base_offset: int, *, log_start_offset: int, fmt,
-                      now_ms: int | None = None) -> None:
-        """Before recovery rescans from `base_offset`: bring the state there (snapshot + replay) and
-        empty the `.txnindex` of every segment the scan will cover, which `replay` then refills."""
-        self.load_report = report = SnapshotLoad()
-        self._format = fmt
-        # Kafka's truncateAndReload to the segment: what lies above is rewritten by the rebuild.
-        self._remove_stray_snapshots(segments, log_start_offset, base_offset)
-        start = self.load_snapshot_at_or_below(base_offset, log_start_offset, now_ms)
-        report.replayed_from = start
-        if start < base_offset:
-            self.replay_range(segments, start, base_offset, fmt)
-        for segment in segments:
-            if segment.base_offset >= base_offset:
-                segment.txn_index.reset()
-                report.rebuilt_txn_indexes.append(segment.base_offset)
-        self.map_end_offset = max(self.map_end_offset, base_offset)
-
-    def replay_scanned(self, segment, entry) -> None:
-        """One entry recovery's scan of `segment` found valid (after `begin_rebuild`)."""
-        # The hot loop of a reopen after a crash: one call per batch of the unflushed tail.
-        if entry.magic >= 2 and entry.producer_id >= 0:
-            if entry.is_control:
-                fmt = self._format
-                self.replay(entry, lambda b: fmt.read_marker(os.pread(segment.fd, b.size_in_bytes, b.position)),
-                            segment.txn_index)
-            else:
-                opened = self.table.update_batch(entry.producer_id, entry.producer_epoch, entry.base_sequence,
-                                                 entry.last_sequence, entry.base_offset, entry.last_offset,
-                                                 entry.max_timestamp, entry.is_transactional)
-                if opened >= 0:
-                    self._apply_transactions([(entry.producer_id, opened)], (), None)
-            self.load_report.replayed_batches += 1
-        self.map_end_offset = entry.last_offset + 1
-
-    def finish_rebuild(self, segments, *, log_start_offset: int, log_end_offset: int) -> None:
-        """After recovery: drop snapshots the scan made stale (above the recovered log end)."""
-        self._remove_stray_snapshots(segments, log_start_offset, log_end_offset)
-        self.map_end_offset = log_end_offset
-
-    def replay_range(self, segments, start: int, end: int, fmt, aborted: list | None = None) -> None:
-        """Apply the batches of [start, end) from `segments`; transactions they abort are added to
-        `aborted` when it is given (the segments' `.txnindex` files are never written)."""
-        for segment, _ in segments_between(segments, start, end):
-            found = segment.translate_offset(start) if start > segment.base_offset else None
-            position = found.position if found is not None else 0
-
-            def read_marker(batch, segment=segment):
-                return fmt.read_marker(os.pread(segment.fd, batch.size, batch.position))
-
-            for batch in segment.iter_bounds(position, peek=fmt.peek_producer_batch):
-                if batch.base_offset >= end:
-                    return
-                if batch.last_offset >= start:
-                    self.replay(batch, read_marker, aborted)
-                    self.load_report.replayed_batches += batch.producer_id >= 0
+        self.restore(ProducerTable(), offset)
 
     def expire(self, now_ms: int | None = None) -> list[int]:
         """Drop producers idle for producer.id.expiration.ms that have no open transaction."""

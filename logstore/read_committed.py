@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from logstore.formats.kafka import Entry, LegacyEntry
 from logstore.index import AbortedTxn
+
+if TYPE_CHECKING:
+    from logstore.segment import LogSegment
 
 READ_UNCOMMITTED = "read_uncommitted"
 READ_COMMITTED = "read_committed"
@@ -26,7 +31,7 @@ def check_isolation(isolation: str) -> bool:
     return isolation == READ_COMMITTED
 
 
-def collect_aborted(segments: Sequence, bases: Sequence[int], fetch_offset: int,
+def collect_aborted(segments: Sequence[LogSegment], bases: Sequence[int], fetch_offset: int,
                     upper_bound: int) -> list[AbortedTxn]:
     """Aborted transactions overlapping [fetch_offset, upper_bound), walking the segments from the
     one holding `fetch_offset` until an entry's last stable offset shows later ones cannot matter."""
@@ -46,9 +51,11 @@ class CommittedFilter:
         self._pending = deque(sorted(aborted, key=lambda t: t.first_offset))
         self._aborted_producers: set[int] = set()
 
-    def keep(self, batch, is_abort_marker: Callable[[], bool]) -> bool:
+    def keep(self, batch: Entry, is_abort_marker: Callable[[], bool]) -> bool:
         """Whether the consumer keeps `batch` (a header with producer and control fields)."""
-        producer_id = getattr(batch, "producer_id", -1)
+        if isinstance(batch, LegacyEntry):
+            return True  # magic 0/1: no producer ids, no control batches
+        producer_id = batch.producer_id
         if producer_id >= 0:
             pending = self._pending
             while pending and pending[0].first_offset <= batch.last_offset:
@@ -59,4 +66,4 @@ class CommittedFilter:
                 return False
             if batch.is_transactional and producer_id in self._aborted_producers:
                 return False
-        return not getattr(batch, "is_control", False)
+        return not batch.is_control

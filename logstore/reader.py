@@ -1,12 +1,12 @@
 """Read-only, point-in-time views of a data directory, for readers beside the process that writes it.
 
-A view never writes: no recovery, no index rebuild, no snapshot clean-up,
-so it may be opened on a directory a running broker is appending to (Spark
-scans, tools). It is fixed when opened: the high watermark is the end of
-the last whole batch then; the last stable offset comes from the newest
-producer snapshot plus a replay of the log after it; the aborted
-transactions from the `.txnindex` files plus that replay (a marker just
-written may not have its index entry yet).
+A view is the loader's read-only load (`loader.load_log` in READ_ONLY
+mode): the segments, offsets, producer state, last stable offset and
+aborted transactions a broker's recovery would arrive at, without writing
+a byte, so it may be opened on a directory a running broker is appending to
+(Spark scans, tools). It is fixed when opened: the high watermark is the
+end of the last whole batch then, a batch still being copied in failing its
+CRC like a torn tail after a crash.
 
 A `PartitionScan` is the picklable plan for one range of offsets: a worker
 in another process reads it without a view, opening only the segments the
@@ -15,23 +15,27 @@ range touches, and gets Arrow record batches (pyarrow is imported then).
 from __future__ import annotations
 
 import os
-import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
-from logstore.checkpoints import LOG_START_OFFSET_CHECKPOINT, OffsetCheckpoint
+from logstore.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    OffsetCheckpoint,
+    read_clean_shutdown_marker,
+)
 from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentDeletedError, StorageError
-from logstore.formats import DEFAULT_FORMAT
+from logstore.filenames import parse_partition_dir
+from logstore.filesystem import OS, FileSystem
+from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn
-from logstore.log import parse_partition_dir
+from logstore.loader import LoadMode, RecoveryReport, load_log
 from logstore.manager import DELETE_DIR, partition_key
-from logstore.producer_state import ProducerStateManager
 from logstore.read_committed import CommittedFilter, check_isolation
 from logstore.segment import LogSegment
 
 __all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
 
-_SEGMENT = re.compile(r"^(\d{20})\.log$")
 # Reads take a few MiB per pread: fewer syscalls, and the builder copies out of each chunk at once.
 SCAN_CHUNK_BYTES = 4 << 20
 DEFAULT_BATCH_ROWS = 1 << 16
@@ -52,7 +56,8 @@ class PartitionView:
     """One `<topic>-<partition>` directory as it was when opened; never writes to it."""
 
     def __init__(self, directory: str, segments: list[LogSegment], *, log_start_offset: int,
-                 high_watermark: int, last_stable_offset: int, aborted: list[AbortedTxn], fmt=DEFAULT_FORMAT):
+                 high_watermark: int, last_stable_offset: int, aborted: list[AbortedTxn],
+                 fmt: LogFormat = DEFAULT_FORMAT):
         self.directory = directory
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
         self.log_start_offset = log_start_offset
@@ -61,37 +66,34 @@ class PartitionView:
         self.aborted = tuple(aborted)
         self.format = fmt
         self._segments = segments
+        self.report: RecoveryReport | None = None
+        """What the read-only load found (and a writer's recovery would do)."""
         ends = [s.base_offset for s in segments[1:]] + [high_watermark]
         self.segments = tuple(
             SegmentSpan(s.base_offset, end, s.size, s.max_timestamp if i + 1 < len(segments) else -1)
             for i, (s, end) in enumerate(zip(segments, ends)))
 
     @classmethod
-    def open(cls, directory: str, *, log_start_offset: int = 0, fmt=DEFAULT_FORMAT) -> "PartitionView":
-        """View a partition directory (`log_start_offset` from the log dir's checkpoint, if known)."""
+    def open(cls, directory: str, *, log_start_offset: int = 0, fmt: LogFormat = DEFAULT_FORMAT,
+             recovery_point: int = 0, clean_shutdown: bool = False, fs: FileSystem = OS) -> PartitionView:
+        """View a partition directory as a broker opening it now would see it, without writing to it.
+
+        `log_start_offset` and `recovery_point` come from the log dir's
+        checkpoints and `clean_shutdown` from its marker, when known; the
+        defaults check every batch.
+        """
         directory = os.path.abspath(directory)
-        segments = _open_segments(directory, fmt)
+        loaded = load_log(directory, mode=LoadMode.READ_ONLY, clean_shutdown=clean_shutdown,
+                          recovery_point=recovery_point, log_start_offset=log_start_offset, fmt=fmt, fs=fs)
         try:
-            if not segments:
-                return cls(directory, [], log_start_offset=log_start_offset, high_watermark=log_start_offset,
-                           last_stable_offset=log_start_offset, aborted=[], fmt=fmt)
-            high_watermark = _written_end(segments[-1], fmt)
-            log_start_offset = min(max(log_start_offset, segments[0].base_offset), high_watermark)
-            producers = ProducerStateManager(directory, read_only=True)
-            replayed: list[AbortedTxn] = []
-            start = producers.load_snapshot_at_or_below(high_watermark, log_start_offset)
-            if start < high_watermark:
-                producers.replay_range(segments, start, high_watermark, fmt, replayed)
-            unstable = producers.first_unstable_offset()
-            lso = high_watermark if unstable is None or unstable >= high_watermark \
-                else max(unstable, log_start_offset)
-            aborted = _merge_aborted([t for s in segments for t in s.txn_index.entries], replayed)
+            lso = loaded.last_stable_offset
         except BaseException:
-            for segment in segments:
-                segment.close()
+            loaded.close()
             raise
-        return cls(directory, segments, log_start_offset=log_start_offset, high_watermark=high_watermark,
-                   last_stable_offset=lso, aborted=aborted, fmt=fmt)
+        view = cls(directory, loaded.segments, log_start_offset=loaded.log_start_offset,
+                   high_watermark=loaded.log_end_offset, last_stable_offset=lso, aborted=loaded.aborted, fmt=fmt)
+        view.report = loaded.report
+        return view
 
     def end_offset(self, isolation: str) -> int:
         """Where a scan at `isolation` ends: the last stable offset for read_committed, else the high
@@ -108,7 +110,7 @@ class PartitionView:
                 return found[0] if found[0] < self.high_watermark else None
         return None
 
-    def scan(self, start: int, end: int, isolation: str) -> "PartitionScan":
+    def scan(self, start: int, end: int, isolation: str) -> PartitionScan:
         """The plan for reading offsets [start, end) at `isolation`; OffsetOutOfRangeError outside
         [log start offset, end_offset(isolation)]."""
         committed = check_isolation(isolation)
@@ -131,7 +133,7 @@ class PartitionView:
             segment.close()
         self._segments = []
 
-    def __enter__(self) -> "PartitionView":
+    def __enter__(self) -> PartitionView:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -160,14 +162,14 @@ class PartitionScan:
         """(topic, partition) from the directory name."""
         return parse_partition_dir(os.path.basename(self.directory))
 
-    def split(self, pieces: int) -> list["PartitionScan"]:
+    def split(self, pieces: int) -> list[PartitionScan]:
         """The range cut into `pieces` of about equal offset counts (never empty ones)."""
         count = self.end - self.start
         pieces = max(1, min(pieces, count))
         cuts = [self.start + count * i // pieces for i in range(pieces)] + [self.end]
         return [self.narrow(lo, hi) for lo, hi in zip(cuts, cuts[1:])]
 
-    def narrow(self, start: int, end: int) -> "PartitionScan":
+    def narrow(self, start: int, end: int) -> PartitionScan:
         """The part of this scan inside [start, end)."""
         start, end = max(start, self.start), min(end, self.end)
         end = max(start, end)
@@ -178,7 +180,7 @@ class PartitionScan:
 
     def read_arrow(self, *, headers: bool = False, timestamp_types: bool = False,
                    batch_rows: int = DEFAULT_BATCH_ROWS, skip_deleted: bool = False,
-                   fmt=DEFAULT_FORMAT) -> Iterator:
+                   fmt: LogFormat = DEFAULT_FORMAT) -> Iterator:
         """pyarrow RecordBatches (offset, timestamp in ms, key, value, then `timestampType` and
         `headers` when asked) of the records in range, aborted transactions and control records left
         out. A segment deleted since planning raises SegmentDeletedError, or is passed over with
@@ -201,7 +203,7 @@ class PartitionScan:
         if builder.count:
             yield builder.finish().to_arrow()
 
-    def _entries(self, fmt, skip_deleted: bool) -> Iterator:
+    def _entries(self, fmt: LogFormat, skip_deleted: bool) -> Iterator:
         """(entry, the chunk it lies in) for every whole entry holding offsets of the range."""
         for base in self.bases:
             try:
@@ -216,12 +218,12 @@ class PartitionScan:
                 found = segment.translate_offset(self.start) if self.start > base else None
                 position = found.position if found is not None else 0
                 while position < segment.size:
-                    buf = os.pread(segment.fd, min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                    buf = segment.fs.pread(segment.fd, min(SCAN_CHUNK_BYTES, segment.size - position), position)
                     bounds = fmt.peek_entry(buf, 0)
                     if bounds is None or bounds.base_offset >= self.end:
                         break
                     if bounds.size > len(buf):  # one batch larger than a chunk
-                        buf = os.pread(segment.fd, bounds.size, position)
+                        buf = segment.fs.pread(segment.fd, bounds.size, position)
                     entries, done = self._chunk_entries(fmt, buf)
                     for entry in entries:
                         yield entry, buf
@@ -233,7 +235,7 @@ class PartitionScan:
             finally:
                 segment.close()
 
-    def _chunk_entries(self, fmt, buf) -> tuple[list, bool]:
+    def _chunk_entries(self, fmt: LogFormat, buf) -> tuple[list, bool]:
         """The whole entries of `buf` below the range's end, and whether the end was reached."""
         found = []
         try:
@@ -253,18 +255,25 @@ class PartitionScan:
 class StoreView:
     """The partition directories under one or more log dirs, each viewed on demand."""
 
-    def __init__(self, log_dirs: str | Iterable[str], *, fmt=DEFAULT_FORMAT):
+    def __init__(self, log_dirs: str | Iterable[str], *, fmt: LogFormat = DEFAULT_FORMAT, fs: FileSystem = OS):
         self.log_dirs = [os.path.abspath(d) for d in ([log_dirs] if isinstance(log_dirs, str) else log_dirs)]
         self.format = fmt
+        self.fs = fs
         self._paths: dict[tuple[str, int], str] = {}
         self._starts: dict[tuple[str, int], int] = {}
+        self._recovery_points: dict[tuple[str, int], int] = {}
+        self._clean: dict[str, bool] = {}
         for log_dir in self.log_dirs:
-            if not os.path.isdir(log_dir):
+            if not fs.isdir(log_dir):
                 raise StorageError(f"{log_dir} is not a directory")
-            self._starts.update(OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT)).read())
-            for name in os.listdir(log_dir):
+            # What a broker opening the directory now would be told: a live one's recovery point lags, so the
+            # view checks the batches above it as recovery would.
+            self._starts.update(OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT), fs).read())
+            self._recovery_points.update(OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), fs).read())
+            self._clean[log_dir] = read_clean_shutdown_marker(log_dir, fs)
+            for name in fs.listdir(log_dir):
                 path = os.path.join(log_dir, name)
-                key = None if DELETE_DIR.fullmatch(name) or not os.path.isdir(path) else partition_key(name)
+                key = None if DELETE_DIR.fullmatch(name) or not fs.isdir(path) else partition_key(name)
                 if key is not None:
                     self._paths[key] = path
 
@@ -288,48 +297,11 @@ class StoreView:
 
     def view(self, topic: str, partition: int) -> PartitionView:
         """A fresh view of one partition (close it when done)."""
-        return PartitionView.open(self.directory(topic, partition),
-                                  log_start_offset=self._starts.get((topic, partition), 0), fmt=self.format)
-
-
-def _open_segments(directory: str, fmt) -> list[LogSegment]:
-    bases = sorted(int(m.group(1)) for m in map(_SEGMENT.match, os.listdir(directory)) if m)
-    segments: list[LogSegment] = []
-    try:
-        for base in bases:
-            try:
-                segments.append(LogSegment(directory, base, fmt=fmt, writable=False))
-            except FileNotFoundError:
-                # Retention removes the oldest segments: one gone between listing and opening is
-                # simply no longer part of the log. Anywhere else it is a hole.
-                if segments:
-                    raise SegmentDeletedError(f"{directory}: segment {base} vanished while being opened") from None
-    except BaseException:
-        for segment in segments:
-            segment.close()
-        raise
-    return segments
-
-
-def _written_end(segment: LogSegment, fmt) -> int:
-    """The offset after the last batch that is wholly written: a writer's pwrite may still be copying
-    the tail, so the batches after the last index entry are CRC-checked, and the scan ends before the
-    first that fails (a real corruption there is what recovery would truncate too)."""
-    _, position = segment.offset_index.last_entry()
-    tail = os.pread(segment.fd, segment.size - position, position)
-    end = segment.base_offset
-    try:
-        for entry in fmt.iter_entries(tail):
-            end = entry.last_offset + 1
-    except CorruptRecordError:
-        pass
-    return end
-
-
-def _merge_aborted(indexed: list[AbortedTxn], replayed: list[AbortedTxn]) -> list[AbortedTxn]:
-    seen = {(t.producer_id, t.first_offset, t.last_offset) for t in indexed}
-    merged = indexed + [t for t in replayed if (t.producer_id, t.first_offset, t.last_offset) not in seen]
-    return sorted(merged, key=lambda t: t.last_offset)
+        key = (topic, partition)
+        directory = self.directory(topic, partition)
+        return PartitionView.open(directory, log_start_offset=self._starts.get(key, 0), fmt=self.format,
+                                  recovery_point=self._recovery_points.get(key, 0),
+                                  clean_shutdown=self._clean[os.path.dirname(directory)], fs=self.fs)
 
 
 def _legacy_arrow(records, entry, start: int, end: int, headers: bool, timestamp_types: bool):

@@ -7,30 +7,21 @@ are only ever looked at through the format (`peek_entry`, `iter_entries`).
 """
 from __future__ import annotations
 
-import mmap
 import os
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 from logstore.errors import CorruptRecordError
-from logstore.formats import DEFAULT_FORMAT
-from logstore.index import DEFAULT_MAX_INDEX_SIZE, OffsetIndex, TimeIndex, TxnIndex
+from logstore.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_path
+from logstore.filesystem import OS, FileSystem
+from logstore.formats import DEFAULT_FORMAT, LogFormat
+from logstore.index import DEFAULT_MAX_INDEX_SIZE, CorruptIndexError, OffsetIndex, TimeIndex, TxnIndex
 
-__all__ = ["FileSlice", "LogSegment", "OffsetPosition", "segment_path"]
+__all__ = ["FileSlice", "LogSegment", "OffsetPosition"]
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-TXN_INDEX_SUFFIX = ".txnindex"
-DELETED_SUFFIX = ".deleted"
 # Reads walk batch headers a chunk at a time rather than one pread per header.
 SCAN_CHUNK = 8 * 1024
-
-
-def segment_path(directory: str, base_offset: int, suffix: str) -> str:
-    """Kafka's file name: the base offset as 20 zero-padded digits, then the suffix."""
-    return os.path.join(directory, f"{base_offset:020d}{suffix}")
 
 
 @dataclass(frozen=True)
@@ -77,7 +68,7 @@ class FileSlice:
         return sent
 
 
-def segments_between(segments: Sequence["LogSegment"], start: int, end: int) -> Iterator[tuple["LogSegment", bool]]:
+def segments_between(segments: Sequence[LogSegment], start: int, end: int) -> Iterator[tuple[LogSegment, bool]]:
     """The segments that may hold offsets in [start, end), oldest first, each with whether it is the newest."""
     for i, segment in enumerate(segments):
         newest = i + 1 == len(segments)
@@ -89,29 +80,72 @@ def segments_between(segments: Sequence["LogSegment"], start: int, end: int) -> 
 
 
 class LogSegment:
-    """A `.log` file with its `.index`, `.timeindex` and `.txnindex`."""
+    """A `.log` file with its `.index`, `.timeindex` and `.txnindex`.
+
+    A read-only segment (`writable=False`) never writes a byte of its files:
+    an index file it lacks, or one `use_memory_indexes` sets aside, is built
+    in memory instead, and `recover` ends the segment where a writer would
+    cut it without cutting the file.
+    """
 
     def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int = 4096,
-                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, fmt=DEFAULT_FORMAT,
-                 writable: bool = True, suffix: str = ""):
+                 max_index_size: int = DEFAULT_MAX_INDEX_SIZE, fmt: LogFormat = DEFAULT_FORMAT,
+                 writable: bool = True, suffix: str = "", fs: FileSystem = OS):
         self.directory = directory
+        self.fs = fs
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
+        self.max_index_size = max_index_size
         self.format = fmt
         self.writable = writable
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + suffix)
+        self.log_path = offset_path(directory, base_offset, LOG_SUFFIX + suffix)
         flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
-        self.fd = os.open(self.log_path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        self.fd = fs.open(self.log_path, flags, 0o644)
+        self.size = fs.size(self.fd)
         self.created = time.time()
-        self.offset_index = OffsetIndex(segment_path(directory, base_offset, INDEX_SUFFIX + suffix),
-                                        base_offset, max_index_size, writable=writable)
-        self.time_index = TimeIndex(segment_path(directory, base_offset, TIME_INDEX_SUFFIX + suffix),
-                                    base_offset, max_index_size, writable=writable)
-        self.txn_index = TxnIndex(segment_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix), base_offset)
+        # Whether the indexes take entries: a writable segment's, or a read-only one's built in memory.
+        self.indexes_writable = writable
+        self.offset_index = self.time_index = None
+        try:
+            self.offset_index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix)
+            self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX + suffix)
+        except BaseException:
+            if self.offset_index is not None:
+                self.offset_index.close(trim=False)
+            fs.close(self.fd)
+            raise
+        self.txn_index = TxnIndex(offset_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix), base_offset, fs)
+        if writable:
+            # Read now, under the opener: the fsync thread counts the entries (`_sync_txn_index`), and a
+            # first, lazy read there would race with an append loading them too. A corrupt file is
+            # left to the loader's index check, as before.
+            try:
+                self.txn_index.entries  # noqa: B018 (the read is the point)
+            except CorruptIndexError:
+                pass
         self.bytes_since_last_index_entry = 0
+        self._txn_synced: int | None = None   # aborted transactions the last fsync covered; None: none yet
         self._max_ts: tuple[int, int] | None = None
         self._rolling_ts: int | None = None
+
+    def _open_index(self, index_type, suffix: str):
+        path = offset_path(self.directory, self.base_offset, suffix)
+        if self.writable or self.fs.exists(path):
+            return index_type(path, self.base_offset, self.max_index_size, writable=self.writable, fs=self.fs)
+        self.indexes_writable = True
+        return _memory_index(index_type, self.base_offset, self.max_index_size)
+
+    def use_memory_indexes(self) -> None:
+        """A read-only segment: set its offset and time index files aside for empty in-memory ones,
+        which `recover` fills (the read-only loader's rebuild of a missing or corrupt index)."""
+        if self.writable:
+            raise ValueError("a writable segment rebuilds its index files in place")
+        for name in ("offset_index", "time_index"):
+            old = getattr(self, name)
+            setattr(self, name, _memory_index(type(old), self.base_offset, self.max_index_size))
+            old.close(trim=False)
+        self.indexes_writable = True
+        self._max_ts = None
 
     # -- state derived from the files --------------------------------------------------
 
@@ -131,13 +165,13 @@ class LogSegment:
     def largest_timestamp(self) -> int:
         """What retention.ms compares: the max timestamp, or the file's mtime when there is none."""
         ts = self.max_timestamp
-        return ts if ts >= 0 else int(os.fstat(self.fd).st_mtime * 1000)
+        return ts if ts >= 0 else int(self.fs.mtime(self.log_path) * 1000)
 
     @property
     def rolling_timestamp(self) -> int | None:
         """The first batch's max timestamp, which segment.ms counts from; None if empty or untimed."""
         if self._rolling_ts is None and self.size:
-            first = self.format.peek_entry(os.pread(self.fd, 64, 0), 0)
+            first = self.format.peek_entry(self.fs.pread(self.fd, 64, 0), 0)
             if first is not None and first.max_timestamp >= 0:
                 self._rolling_ts = first.max_timestamp
         return self._rolling_ts
@@ -172,7 +206,7 @@ class LogSegment:
         written = 0
         # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
         while written < len(view):
-            written += os.pwrite(self.fd, view[written:], position + written)
+            written += self.fs.pwrite(self.fd, view[written:], position + written)
         # Indexed only once the bytes are written: an entry never points past the end.
         batch_position = position
         for size, last_offset, max_timestamp in batches:
@@ -210,7 +244,7 @@ class LogSegment:
         stop = self.size if stop is None else stop
         peek = peek or self.format.peek_entry
         while position < stop:
-            chunk = os.pread(self.fd, min(SCAN_CHUNK, stop - position), position)
+            chunk = self.fs.pread(self.fd, min(SCAN_CHUNK, stop - position), position)
             pos = 0
             while True:
                 bounds = peek(chunk, pos)
@@ -250,7 +284,7 @@ class LogSegment:
 
     def read_entry(self, bounds) -> bytes:
         """The whole bytes of one entry."""
-        return os.pread(self.fd, bounds.size, bounds.position)
+        return self.fs.pread(self.fd, bounds.size, bounds.position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp` and `start_offset`."""
@@ -295,7 +329,7 @@ class LogSegment:
 
     def truncate_bytes(self, size: int) -> None:
         """Cut the `.log` to `size` bytes."""
-        os.ftruncate(self.fd, size)
+        self.fs.truncate(self.fd, size)
         self.size = size
 
     def reset_indexes(self) -> None:
@@ -310,9 +344,16 @@ class LogSegment:
 
         Every entry's CRC is checked and offsets must increase. `on_batch(entry)`
         sees each valid entry (producer state replays through it). Returns the
-        bytes cut off and the error that stopped the scan, if any.
+        bytes cut off and the error that stopped the scan, if any. A read-only
+        segment only checks: it rebuilds in-memory indexes, keeps index files
+        (their entries past the cut are ignored) and ends at the cut without
+        truncating the file.
         """
-        self.reset_indexes()
+        rebuild = self.indexes_writable
+        if rebuild:
+            self.reset_indexes()
+        else:
+            self._max_ts = (-1, self.base_offset)
         valid = last_index_position = 0
         base = self.base_offset
         previous_last = base - 1
@@ -322,7 +363,7 @@ class LogSegment:
         append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
         fmt = self.format
         error = None
-        view = _map_for_reading(self.fd, self.size)
+        view = self.fs.mmap(self.fd, self.size, writable=False) if self.size else None
         # One native pass checks a segment of whole, valid batches; anything else
         # (a torn tail, a bad CRC, legacy entries) takes the careful walk that says where.
         bulk = fmt.scan_entries(view) if view is not None else []
@@ -349,7 +390,7 @@ class LogSegment:
                 timestamp = entry.max_timestamp if bulk is not None else fmt.entry_bounds(view, entry).max_timestamp
                 if timestamp > max_ts[0]:
                     max_ts = (timestamp, last)
-                if valid - last_index_position > interval:
+                if rebuild and valid - last_index_position > interval:
                     append_offset(last, valid)
                     if max_ts[0] > indexed_ts:
                         append_time(max_ts[0], max_ts[1], False)
@@ -365,12 +406,19 @@ class LogSegment:
                 view.close()
         self._max_ts = max_ts
         truncated = self.size - valid
-        if truncated:
+        if not self.writable:
+            self.size = valid
+            if not rebuild:
+                self.offset_index.truncate_to(previous_last + 1)
+                self.time_index.truncate_to(previous_last + 1)
+        elif truncated:
             self.truncate_bytes(valid)
-        # Aborted transactions are kept for the batches that stay: rebuilding
-        # them needs the producer state replayed through `on_batch`.
-        self.txn_index.truncate_to(previous_last + 1)
-        self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
+        if self.writable:
+            # Aborted transactions are kept for the batches that stay: rebuilding
+            # them needs the producer state replayed through `on_batch`.
+            self.txn_index.truncate_to(previous_last + 1)
+        if rebuild:
+            self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
         self.bytes_since_last_index_entry = valid - last_index_position
         return truncated, error
 
@@ -390,16 +438,27 @@ class LogSegment:
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1] \
             if self.offset_index.entries else self.size
 
-    def flush(self) -> None:
-        """fsync the log and its indexes."""
-        os.fsync(self.fd)
+    def flush(self) -> bool:
+        """fsync the log and its indexes; True if the txnindex may be a new name its directory must sync."""
+        self.fs.fsync(self.fd)
         self.offset_index.flush()
         self.time_index.flush()
-        self.txn_index.flush()
+        return self._sync_txn_index(always=True)
 
-    def flush_log(self) -> None:
-        """fdatasync the log only: what an acknowledged append needs."""
-        os.fdatasync(self.fd)
+    def flush_log(self) -> bool:
+        """fdatasync the log: what an acknowledged append needs, with the txnindex if an abort reached it
+        since (recovery trusts the txnindex of a segment below the recovery point); True as `flush`."""
+        self.fs.fdatasync(self.fd)
+        return self._sync_txn_index(always=False)
+
+    def _sync_txn_index(self, *, always: bool) -> bool:
+        count = len(self.txn_index.entries)
+        if count == self._txn_synced or not (count or always):
+            return False
+        self.txn_index.flush()
+        first = not self._txn_synced
+        self._txn_synced = count
+        return first and count > 0
 
     def close(self) -> None:
         """Close the files; a writable segment first gets its closing time entry and trimmed indexes."""
@@ -410,29 +469,29 @@ class LogSegment:
         self.offset_index.close(trim=self.writable)
         self.time_index.close(trim=self.writable)
         self.txn_index.close()
-        os.close(self.fd)
+        self.fs.close(self.fd)
         self.fd = -1
 
     def rename_with_suffix(self, suffix: str) -> None:
         """Give every file of the segment the suffix `suffix` in place of its current one (`.deleted`
         before an async delete; `.cleaned`, then `.swap`, then none as cleaner output is swapped in)."""
-        new = segment_path(self.directory, self.base_offset, LOG_SUFFIX + suffix)
-        os.rename(self.log_path, new)
+        new = offset_path(self.directory, self.base_offset, LOG_SUFFIX + suffix)
+        self.fs.rename(self.log_path, new)
         self.log_path = new
-        self.offset_index.rename(segment_path(self.directory, self.base_offset, INDEX_SUFFIX + suffix))
-        self.time_index.rename(segment_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + suffix))
-        self.txn_index.rename(segment_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + suffix))
+        self.offset_index.rename(offset_path(self.directory, self.base_offset, INDEX_SUFFIX + suffix))
+        self.time_index.rename(offset_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + suffix))
+        self.txn_index.rename(offset_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + suffix))
 
     def delete(self) -> None:
         """Close and remove every file of the segment."""
         if self.fd >= 0:
             self.offset_index.close(trim=False)
             self.time_index.close(trim=False)
-            os.close(self.fd)
+            self.fs.close(self.fd)
             self.fd = -1
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
-                os.unlink(path)
+                self.fs.unlink(path)
             except FileNotFoundError:
                 pass
         self.txn_index.delete()
@@ -441,5 +500,15 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
 
-def _map_for_reading(fd: int, size: int):
-    return mmap.mmap(fd, size, access=mmap.ACCESS_READ) if size else None
+def _memory_index(index_type, base_offset: int, max_index_size: int):
+    """An empty index of `index_type` in an anonymous file: built and searched like the real one,
+    never on disk."""
+    fd = os.memfd_create(f"logstore-{base_offset}{index_type.__name__}", os.MFD_CLOEXEC)
+    try:
+        # The index opens its own descriptor of the same anonymous file.
+        index = index_type(f"/proc/self/fd/{fd}", base_offset, max_index_size, writable=True)
+    finally:
+        os.close(fd)
+    index.reset()
+    return index
+

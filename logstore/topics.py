@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError
 from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
@@ -63,7 +64,7 @@ def read_topic_configs(path: str) -> tuple[int, dict[str, dict[str, Any]]]:
     except json.JSONDecodeError as exc:
         raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
 
-    def is_int(value) -> bool:
+    def is_int(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
     if not isinstance(doc, dict) or set(doc) != {"version", "generation", "topics"}:

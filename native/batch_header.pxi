@@ -86,21 +86,23 @@ cdef class BatchHeader:
 
 
 cdef BatchHeader _read_header(const unsigned char* p, int64_t position):
+    cdef HeaderFields f
+    read_fields(p, &f)
     cdef BatchHeader h = BatchHeader.__new__(BatchHeader)
     h.position = position
-    h.base_offset = read_be64(p)
-    h.batch_length = read_be32(p + 8)
-    h.partition_leader_epoch = read_be32(p + 12)
-    h.magic = <int8_t>p[16]
-    h.crc = <uint32_t>read_be32(p + 17)
-    h.attributes = read_be16(p + 21)
-    h.last_offset_delta = read_be32(p + 23)
-    h.base_timestamp = read_be64(p + 27)
-    h.max_timestamp = read_be64(p + 35)
-    h.producer_id = read_be64(p + 43)
-    h.producer_epoch = read_be16(p + 51)
-    h.base_sequence = read_be32(p + 53)
-    h.record_count = read_be32(p + 57)
+    h.base_offset = f.base_offset
+    h.batch_length = f.batch_length
+    h.partition_leader_epoch = f.partition_leader_epoch
+    h.magic = f.magic
+    h.crc = f.crc
+    h.attributes = f.attributes
+    h.last_offset_delta = f.last_offset_delta
+    h.base_timestamp = f.base_timestamp
+    h.max_timestamp = f.max_timestamp
+    h.producer_id = f.producer_id
+    h.producer_epoch = f.producer_epoch
+    h.base_sequence = f.base_sequence
+    h.record_count = f.record_count
     return h
 
 
@@ -132,17 +134,19 @@ cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t 
         raise CorruptRecordError(
             f"truncated record batch: {max(remaining, 0)} bytes left, a batch needs at least {HEADER_SIZE}",
             base_position + pos)
-    cdef int8_t magic = <int8_t>p[pos + 16]
+    cdef int8_t magic = <int8_t>p[pos + MAGIC_AT]
     if magic != 2:
-        raise CorruptRecordError(f"record batch has magic {magic}, expected 2", base_position + pos + 16)
-    cdef int32_t length = read_be32(p + pos + 8)
+        raise CorruptRecordError(f"record batch has magic {magic}, expected 2",
+                                 base_position + pos + MAGIC_AT)
+    cdef int32_t length = read_be32(p + pos + BATCH_LENGTH_AT)
     if length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(
-            f"record batch length {length} is below the minimum {MIN_BATCH_LENGTH}", base_position + pos + 8)
+            f"record batch length {length} is below the minimum {MIN_BATCH_LENGTH}",
+            base_position + pos + BATCH_LENGTH_AT)
     if <int64_t>length + LOG_OVERHEAD > remaining:
         raise CorruptRecordError(
             f"record batch of {length + LOG_OVERHEAD} bytes runs past the end of the buffer ({remaining} bytes left)",
-            base_position + pos + 8)
+            base_position + pos + BATCH_LENGTH_AT)
     cdef BatchHeader h = _read_header(p + pos, base_position + pos)
     if not semantic:
         return h
@@ -150,20 +154,23 @@ cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t 
         actual = _crc_of(obj, pos + CRC_START, pos + LOG_OVERHEAD + length)
         if actual != h.crc:
             raise CorruptRecordError(
-                f"record batch CRC mismatch: stored {h.crc}, computed {actual}", base_position + pos + 17)
+                f"record batch CRC mismatch: stored {h.crc}, computed {actual}", base_position + pos + CRC_AT)
     if (h.attributes & CODEC_MASK) > 4:
         raise UnsupportedCompressionError(
-            f"unknown compression codec {h.attributes & CODEC_MASK}", base_position + pos + 21)
+            f"unknown compression codec {h.attributes & CODEC_MASK}", base_position + pos + ATTRIBUTES_AT)
     if h.record_count < 0:
-        raise InvalidRecordError(f"negative record count {h.record_count}", base_position + pos + 57)
+        raise InvalidRecordError(f"negative record count {h.record_count}",
+                                 base_position + pos + RECORD_COUNT_AT)
     if h.last_offset_delta < 0:
-        raise InvalidRecordError(f"negative last offset delta {h.last_offset_delta}", base_position + pos + 23)
+        raise InvalidRecordError(f"negative last offset delta {h.last_offset_delta}",
+                                 base_position + pos + LAST_OFFSET_DELTA_AT)
     if (h.attributes & CODEC_MASK) == 0 and h.record_count > (length - MIN_BATCH_LENGTH) // MIN_RECORD_SIZE:
         raise CorruptRecordError(
             f"record count {h.record_count} cannot fit in {length - MIN_BATCH_LENGTH} bytes of records",
-            base_position + pos + 57)
+            base_position + pos + RECORD_COUNT_AT)
     if (h.attributes & TRANSACTIONAL_FLAG) and h.producer_id < 0:
-        raise InvalidRecordError("transactional batch without a producer id", base_position + pos + 43)
+        raise InvalidRecordError("transactional batch without a producer id",
+                                 base_position + pos + PRODUCER_ID_AT)
     return h
 
 
@@ -200,18 +207,20 @@ def validate_batch(buf, Py_ssize_t pos=0, *, bint client=False, int64_t max_batc
 cdef _check_client_rules(BatchHeader h, Py_ssize_t pos):
     # Kafka does not insist on base offset 0: it overwrites it in place.
     if h.record_count <= 0:
-        raise InvalidRecordError("produced batch has no records", pos + 57)
+        raise InvalidRecordError("produced batch has no records", pos + RECORD_COUNT_AT)
     if <int64_t>h.last_offset_delta + 1 != h.record_count:
         raise InvalidRecordError(
             f"inconsistent batch offset range: lastOffsetDelta {h.last_offset_delta} "
-            f"with {h.record_count} records", pos + 23)
+            f"with {h.record_count} records", pos + LAST_OFFSET_DELTA_AT)
     if h.attributes & CONTROL_FLAG:
-        raise InvalidRecordError("clients are not allowed to write control batches", pos + 21)
+        raise InvalidRecordError("clients are not allowed to write control batches", pos + ATTRIBUTES_AT)
     if h.producer_id >= 0 and h.base_sequence < 0:
         raise InvalidRecordError(
-            f"batch with producer id {h.producer_id} has invalid base sequence {h.base_sequence}", pos + 53)
+            f"batch with producer id {h.producer_id} has invalid base sequence {h.base_sequence}",
+            pos + BASE_SEQUENCE_AT)
     if h.attributes & TIMESTAMP_TYPE_MASK:
-        raise InvalidTimestampError("producers may not set the timestamp type to LOG_APPEND_TIME", pos + 21)
+        raise InvalidTimestampError("producers may not set the timestamp type to LOG_APPEND_TIME",
+                                    pos + ATTRIBUTES_AT)
 
 
 def validate_records(buf, *, bint client=False, int64_t max_batch_size=-1, bint verify_crc=True):
@@ -235,3 +244,54 @@ def validate_records(buf, *, bint client=False, int64_t max_batch_size=-1, bint 
         headers.append(h)
         pos += h.batch_length + LOG_OVERHEAD
     return headers
+
+
+def read_entry_prefix(buf, Py_ssize_t pos=0):
+    """(offset, length, magic) of the log entry at `pos`, the prefix every magic shares; None when
+    fewer than its 17 bytes are left. `length` counts the bytes after the first 12. Nothing is checked."""
+    cdef _Buffer b = _Buffer(buf)
+    cdef const unsigned char* p = <const unsigned char*>b.buf.buf
+    if pos < 0 or b.buf.len - pos < ENTRY_PREFIX_SIZE:
+        return None
+    p += pos
+    # The magic byte unsigned, as messages about an unknown one have always printed it.
+    return read_be64(p + BASE_OFFSET_AT), read_be32(p + BATCH_LENGTH_AT), p[MAGIC_AT]
+
+
+def peek_header(buf, Py_ssize_t pos=0):
+    """The fields of the v2 header at `pos` as they stand, nothing checked (not even the magic);
+    None when fewer than its 61 bytes are left."""
+    cdef _Buffer b = _Buffer(buf)
+    if pos < 0 or b.buf.len - pos < HEADER_SIZE:
+        return None
+    return _read_header(<const unsigned char*>b.buf.buf + pos, pos)
+
+
+def assign_batch_offsets(buf, Py_ssize_t pos, int64_t base_offset, int32_t leader_epoch,
+                         int64_t log_append_time=-1):
+    """Patch the base offset and leader epoch into the v2 batch at `pos` of a writable buffer.
+
+    Both lie before the CRC's range, so the batch stays sealed. A
+    `log_append_time` >= 0 also sets the LOG_APPEND_TIME bit and the max
+    timestamp, and reseals the CRC. The batch's framing must have been
+    validated: only the header's bounds are checked here.
+    """
+    cdef Py_buffer view
+    PyObject_GetBuffer(buf, &view, PyBUF_WRITABLE)
+    cdef unsigned char* p = <unsigned char*>view.buf
+    cdef Py_ssize_t end
+    try:
+        if pos < 0 or view.len - pos < HEADER_SIZE:
+            raise CorruptRecordError("record batch header runs past the buffer", pos)
+        p += pos
+        write_be64(p + BASE_OFFSET_AT, base_offset)
+        write_be32(p + LEADER_EPOCH_AT, leader_epoch)
+        if log_append_time >= 0:
+            end = pos + LOG_OVERHEAD + read_be32(p + BATCH_LENGTH_AT)
+            if end > view.len or end < pos + HEADER_SIZE:
+                raise CorruptRecordError("record batch runs past the buffer", pos + BATCH_LENGTH_AT)
+            write_be16(p + ATTRIBUTES_AT, read_be16(p + ATTRIBUTES_AT) | _TIMESTAMP_TYPE_MASK)
+            write_be64(p + MAX_TIMESTAMP_AT, log_append_time)
+            write_be32(p + CRC_AT, <int32_t><uint32_t>_crc_of(buf, pos + CRC_START, end))
+    finally:
+        PyBuffer_Release(&view)

@@ -22,6 +22,32 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
+from batch_header cimport (
+    ATTRIBUTES_AT,
+    BASE_TIMESTAMP_AT,
+    BATCH_LENGTH_AT,
+    CODEC_MASK,
+    CONTROL_FLAG,
+    CRC_AT,
+    CRC_START,
+    DELETE_HORIZON_FLAG,
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+    MIN_BATCH_LENGTH,
+    MIN_RECORD_SIZE,
+    RECORD_COUNT_AT,
+    TIMESTAMP_TYPE_MASK,
+    HeaderFields,
+    read_be32,
+    read_fields,
+    write_be16,
+    write_be32,
+    write_be64,
+    write_fields,
+)
+
 include "varint.pxi"
 
 from crc32c import crc32c as _crc32c
@@ -32,7 +58,7 @@ from logstore.native.compression import compress, decompress
 cdef extern from *:
     """
     #define XXH_INLINE_ALL
-    #include "xxhash.h"
+    #include "vendor/xxhash/xxhash.h"
     """
     ctypedef struct XXH128_hash_t:
         unsigned long long low64
@@ -62,17 +88,8 @@ cdef extern from "records.h":
     int _parse_record "ls_parse_record" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
                                          RawRecord* r, ParseError* e) noexcept nogil
 
-DEF HEADER_SIZE = 61
-DEF LOG_OVERHEAD = 12
-DEF CRC_START = 21
-DEF MIN_RECORD_SIZE = 7
 DEF SLOT_BYTES = 20
 DEF DIGEST_BYTES = 16
-
-DEF CODEC_MASK = 0x07
-DEF TIMESTAMP_TYPE_MASK = 0x08
-DEF CONTROL_FLAG = 0x20
-DEF DELETE_HORIZON_FLAG = 0x40
 DEF NO_TIMESTAMP = -1
 
 BYTES_PER_SLOT = SLOT_BYTES
@@ -114,22 +131,25 @@ cdef class _Batch:
         if pos < 0 or self.view.len - pos < HEADER_SIZE:
             self.release()
             raise CorruptRecordError("batch header runs past the buffer", pos)
-        cdef int32_t length = read_be32(p + pos + 8)
-        if p[pos + 16] != 2:
+        cdef int32_t length = read_be32(p + pos + BATCH_LENGTH_AT)
+        if p[pos + MAGIC_AT] != 2:
             self.release()
-            raise CorruptRecordError(f"the cleaner's filter takes magic 2 batches, not {p[pos + 16]}", pos)
-        if length < HEADER_SIZE - LOG_OVERHEAD or length > self.view.len - pos - LOG_OVERHEAD:
+            raise CorruptRecordError(f"the cleaner's filter takes magic 2 batches, not {p[pos + MAGIC_AT]}",
+                                     pos)
+        if length < MIN_BATCH_LENGTH or length > self.view.len - pos - LOG_OVERHEAD:
             self.release()
-            raise CorruptRecordError(f"batch length {length} is out of bounds", pos + 8)
+            raise CorruptRecordError(f"batch length {length} is out of bounds", pos + BATCH_LENGTH_AT)
         self.pos = pos
         self.stop = pos + LOG_OVERHEAD + length
         self.head = p + pos
-        self.base_offset = read_be64(self.head)
-        self.attributes = read_be16(self.head + 21)
-        self.last_offset = self.base_offset + read_be32(self.head + 23)
-        self.base_timestamp = read_be64(self.head + 27)
-        self.max_timestamp = read_be64(self.head + 35)
-        self.count = read_be32(self.head + 57)
+        cdef HeaderFields h
+        read_fields(self.head, &h)
+        self.base_offset = h.base_offset
+        self.attributes = h.attributes
+        self.last_offset = h.base_offset + h.last_offset_delta
+        self.base_timestamp = h.base_timestamp
+        self.max_timestamp = h.max_timestamp
+        self.count = h.record_count
         cdef int codec = self.attributes & CODEC_MASK
         if codec == 0:
             self.records = p
@@ -144,7 +164,8 @@ cdef class _Batch:
             self.end = self.owner_view.len
         if self.count < 0 or self.count > (self.end - self.start) // MIN_RECORD_SIZE:
             self.release()
-            raise CorruptRecordError(f"record count {self.count} cannot fit in the batch's records", pos + 57)
+            raise CorruptRecordError(f"record count {self.count} cannot fit in the batch's records",
+                                     pos + RECORD_COUNT_AT)
 
     cdef void release(self):
         if self.held:
@@ -445,16 +466,16 @@ cdef bytes _empty_header(_Batch batch):
     """Kafka's writeEmptyHeader: the batch's offsets and producer fields, no records, no codec."""
     out = PyBytes_FromStringAndSize(<const char*>batch.head, HEADER_SIZE)
     cdef unsigned char* h = <unsigned char*>PyBytes_AS_STRING(out)
-    write_be32(h + 8, HEADER_SIZE - LOG_OVERHEAD)
-    write_be16(h + 21, batch.attributes & ~(CODEC_MASK | DELETE_HORIZON_FLAG))
-    write_be64(h + 27, NO_TIMESTAMP)
-    write_be32(h + 57, 0)
+    write_be32(h + BATCH_LENGTH_AT, MIN_BATCH_LENGTH)
+    write_be16(h + ATTRIBUTES_AT, batch.attributes & ~(CODEC_MASK | DELETE_HORIZON_FLAG))
+    write_be64(h + BASE_TIMESTAMP_AT, NO_TIMESTAMP)
+    write_be32(h + RECORD_COUNT_AT, 0)
     _seal(h, HEADER_SIZE)
     return out
 
 
 cdef void _seal(unsigned char* h, Py_ssize_t size):
-    write_be32(h + 17, <int32_t><uint32_t>_crc32c(PyBytes_FromStringAndSize(<const char*>h + CRC_START,
+    write_be32(h + CRC_AT, <int32_t><uint32_t>_crc32c(PyBytes_FromStringAndSize(<const char*>h + CRC_START,
                                                                            size - CRC_START)))
 
 
@@ -499,14 +520,15 @@ cdef bytes _rebuild(_Batch batch, Kept* kept, Py_ssize_t n, int64_t horizon):
     cdef unsigned char* h = <unsigned char*>PyBytes_AS_STRING(out)
     memcpy(h, batch.head, HEADER_SIZE)
     memcpy(h + HEADER_SIZE, PyBytes_AS_STRING(records), len(records))
-    write_be32(h + 8, <int32_t>(size - LOG_OVERHEAD))
+    write_be32(h + BATCH_LENGTH_AT, <int32_t>(size - LOG_OVERHEAD))
     cdef int16_t attributes = batch.attributes & ~DELETE_HORIZON_FLAG
     if horizon != NO_TIMESTAMP:
         attributes |= DELETE_HORIZON_FLAG
-    write_be16(h + 21, attributes)
-    write_be64(h + 27, base)
-    write_be64(h + 35, batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else max_ts)
-    write_be32(h + 57, <int32_t>n)
+    write_be16(h + ATTRIBUTES_AT, attributes)
+    write_be64(h + BASE_TIMESTAMP_AT, base)
+    write_be64(h + MAX_TIMESTAMP_AT,
+               batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else max_ts)
+    write_be32(h + RECORD_COUNT_AT, <int32_t>n)
     _seal(h, size)
     return out
 
@@ -520,18 +542,20 @@ def key_digest(key):
 
 def empty_batch(int64_t offset):
     """A batch of no records at `offset`, without producer or timestamps: it only holds the offset."""
+    cdef HeaderFields f
+    memset(&f, 0, sizeof(f))
+    f.base_offset = offset
+    f.batch_length = MIN_BATCH_LENGTH
+    f.partition_leader_epoch = -1
+    f.magic = 2
+    f.base_timestamp = NO_TIMESTAMP
+    f.max_timestamp = NO_TIMESTAMP
+    f.producer_id = -1
+    f.producer_epoch = -1
+    f.base_sequence = -1
     out = PyBytes_FromStringAndSize(NULL, HEADER_SIZE)
     cdef unsigned char* h = <unsigned char*>PyBytes_AS_STRING(out)
-    memset(h, 0, HEADER_SIZE)
-    write_be64(h, offset)
-    write_be32(h + 8, HEADER_SIZE - LOG_OVERHEAD)
-    write_be32(h + 12, -1)
-    h[16] = 2
-    write_be64(h + 27, NO_TIMESTAMP)
-    write_be64(h + 35, NO_TIMESTAMP)
-    write_be64(h + 43, -1)
-    write_be16(h + 51, -1)
-    write_be32(h + 53, -1)
+    write_fields(h, &f)
     _seal(h, HEADER_SIZE)
     return out
 

@@ -1,4 +1,6 @@
 """Type stubs for logstore.native.compression (Kafka codec dispatch)."""
+from typing_extensions import Buffer
+
 NONE: int
 GZIP: int
 SNAPPY: int
@@ -10,6 +12,6 @@ DEFAULT_MAX_DECOMPRESSED: int
 GZIP_DEFAULT_LEVEL: int
 ZSTD_DEFAULT_LEVEL: int
 
-def compress(codec: int, data, level: int | None = None) -> bytes: ...
-def decompress(codec: int, data, limit: int = ..., position: int = -1,
+def compress(codec: int, data: Buffer, level: int | None = None) -> bytes: ...
+def decompress(codec: int, data: Buffer, limit: int = ..., position: int = -1,
                legacy_lz4_header: bool = False) -> bytes: ...

@@ -109,18 +109,22 @@ cdef void _write_header(unsigned char* p, int64_t base_offset, int32_t batch_len
                         int32_t leader_epoch, int16_t attributes, int32_t last_offset_delta,
                         int64_t base_ts, int64_t max_ts, int64_t producer_id,
                         int16_t producer_epoch, int32_t base_sequence, int32_t count) noexcept nogil:
-    write_be64(p, base_offset)
-    write_be32(p + 8, batch_length)
-    write_be32(p + 12, leader_epoch)
-    p[16] = 2
-    write_be16(p + 21, attributes)
-    write_be32(p + 23, last_offset_delta)
-    write_be64(p + 27, base_ts)
-    write_be64(p + 35, max_ts)
-    write_be64(p + 43, producer_id)
-    write_be16(p + 51, producer_epoch)
-    write_be32(p + 53, base_sequence)
-    write_be32(p + 57, count)
+    # The CRC goes in last, over the finished bytes.
+    cdef HeaderFields f
+    f.base_offset = base_offset
+    f.batch_length = batch_length
+    f.partition_leader_epoch = leader_epoch
+    f.magic = 2
+    f.crc = 0
+    f.attributes = attributes
+    f.last_offset_delta = last_offset_delta
+    f.base_timestamp = base_ts
+    f.max_timestamp = max_ts
+    f.producer_id = producer_id
+    f.producer_epoch = producer_epoch
+    f.base_sequence = base_sequence
+    f.record_count = count
+    write_fields(p, &f)
 
 
 cdef bytes _finish_batch(const unsigned char* records, Py_ssize_t records_len, int codec, object level,
@@ -142,7 +146,7 @@ cdef bytes _finish_batch(const unsigned char* records, Py_ssize_t records_len, i
     _write_header(p, base_offset, <int32_t>(HEADER_SIZE + records_len - LOG_OVERHEAD), leader_epoch,
                   attributes | codec, last_offset_delta, base_ts, max_ts, producer_id,
                   producer_epoch, base_sequence, count)
-    write_be32(p + 17, <int32_t>_crc_of(out, CRC_START, HEADER_SIZE + records_len))
+    write_be32(p + CRC_AT, <int32_t>_crc_of(out, CRC_START, HEADER_SIZE + records_len))
     return out
 
 

@@ -1,6 +1,13 @@
 """Type stubs for logstore.native.legacy (magic 0/1 message sets, read only)."""
-from logstore.native.record_batch import Record
+from typing import final
 
+from logstore.native.record_batch import Record
+from typing_extensions import Buffer
+
+CRC_OFFSET: int
+DEFAULT_MAX_DECOMPRESSED: int
+
+@final
 class LegacyEntry:
     position: int
     offset: int
@@ -21,5 +28,6 @@ class LegacyEntry:
     @property
     def next_offset(self) -> int: ...
 
-def decode_legacy(buf, pos: int = 0, *, verify_crc: bool = True,
+def decode_legacy(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
                   max_decompressed: int = ...) -> LegacyEntry: ...
+def peek_timestamp(buf: Buffer, pos: int = 0) -> int | None: ...

@@ -14,15 +14,21 @@ Each inner message is read with its own magic, as Kafka does.
 cimport cython
 from libc.stdint cimport int8_t, int32_t, int64_t, uint32_t
 
+from batch_header cimport BATCH_LENGTH_AT, ENTRY_PREFIX_SIZE, LOG_OVERHEAD, MAGIC_AT
+
 import zlib
 
 from logstore.errors import CorruptRecordError, InvalidRecordError, UnsupportedCompressionError
 from logstore.native.compression import DEFAULT_MAX_DECOMPRESSED, decompress
 from logstore.native.record_batch import Record
 
-DEF LOG_OVERHEAD = 12
 DEF MIN_MESSAGE_V0 = 14
 DEF MIN_MESSAGE_V1 = 22
+# The message's CRC follows the log overhead; a magic 1 message's timestamp follows crc, magic and attributes.
+DEF CRC_AT = 12
+DEF TIMESTAMP_AT = 18
+
+CRC_OFFSET = CRC_AT
 
 
 cdef inline int32_t _be32(const unsigned char[::1] b, Py_ssize_t i):
@@ -87,28 +93,29 @@ cdef tuple _message(const unsigned char[::1] b, Py_ssize_t pos, Py_ssize_t base,
     cdef Py_ssize_t n = b.shape[0]
     if pos < 0:
         raise CorruptRecordError(f"negative position {pos}", -1)
-    if n - pos < LOG_OVERHEAD + 5:
+    if n - pos < ENTRY_PREFIX_SIZE:
         raise CorruptRecordError(f"truncated legacy entry: {n - pos} bytes left", base + pos)
     cdef int64_t offset = _be64(b, pos)
-    cdef int32_t size = _be32(b, pos + 8)
-    cdef int8_t magic = <int8_t>b[pos + 16]
+    cdef int32_t size = _be32(b, pos + BATCH_LENGTH_AT)
+    cdef int8_t magic = <int8_t>b[pos + MAGIC_AT]
     if magic not in (0, 1):
-        raise CorruptRecordError(f"legacy message has magic {magic}", base + pos + 16)
+        raise CorruptRecordError(f"legacy message has magic {magic}", base + pos + MAGIC_AT)
     cdef int32_t minimum = MIN_MESSAGE_V0 if magic == 0 else MIN_MESSAGE_V1
     if size < minimum:
-        raise CorruptRecordError(f"legacy message size {size} is below the minimum {minimum}", base + pos + 8)
+        raise CorruptRecordError(f"legacy message size {size} is below the minimum {minimum}",
+                                 base + pos + BATCH_LENGTH_AT)
     if size > n - pos - LOG_OVERHEAD:
         raise CorruptRecordError(
-            f"legacy message of {size} bytes runs past the end of the buffer", base + pos + 8)
+            f"legacy message of {size} bytes runs past the end of the buffer", base + pos + BATCH_LENGTH_AT)
     cdef Py_ssize_t end = pos + LOG_OVERHEAD + size
-    cdef uint32_t crc = <uint32_t>_be32(b, pos + 12)
+    cdef uint32_t crc = <uint32_t>_be32(b, pos + CRC_AT)
     if verify_crc:
-        actual = zlib.crc32(b[pos + 16:end])
+        actual = zlib.crc32(b[pos + MAGIC_AT:end])
         if actual != crc:
             raise CorruptRecordError(
-                f"legacy message CRC mismatch: stored {crc}, computed {actual}", base + pos + 12)
+                f"legacy message CRC mismatch: stored {crc}, computed {actual}", base + pos + CRC_AT)
     cdef int8_t attrs = <int8_t>b[pos + 17]
-    cdef Py_ssize_t cur = pos + 18
+    cdef Py_ssize_t cur = pos + TIMESTAMP_AT
     cdef int64_t ts = -1
     if magic == 1:
         ts = _be64(b, cur)
@@ -130,6 +137,19 @@ cdef tuple _sized(const unsigned char[::1] b, Py_ssize_t cur, Py_ssize_t end, Py
     if length > end - cur:
         raise CorruptRecordError(f"legacy message {what} runs past the message", base + cur - 4)
     return bytes(b[cur:cur + length]), cur + length
+
+
+def peek_timestamp(buf, Py_ssize_t pos=0):
+    """The timestamp (ms) of the magic 1 message at `pos` from its first bytes only (no CRC), -1 for
+    magic 0; None when they are not all in `buf`."""
+    cdef const unsigned char[::1] b = memoryview(buf).cast("B")
+    if pos < 0 or b.shape[0] - pos < ENTRY_PREFIX_SIZE:
+        return None
+    if b[pos + MAGIC_AT] == 0:
+        return -1
+    if b.shape[0] - pos < TIMESTAMP_AT + 8:
+        return None
+    return _be64(b, pos + TIMESTAMP_AT)
 
 
 def decode_legacy(buf, Py_ssize_t pos=0, *, bint verify_crc=True,

@@ -90,7 +90,10 @@ SNAPSHOT_VERSION = SNAPSHOT_V1
 NUM_BATCHES_TO_RETAIN = RING
 
 ProducerEntry = _namedtuple("ProducerEntry", (
-    "producer_id", "epoch", "coordinator_epoch", "txn_first_offset", "last_timestamp", "batches"))
+    "producer_id", "epoch", "coordinator_epoch", "txn_first_offset", "last_timestamp", "batches"),
+    # Without it namedtuple guesses the module from the caller's frame, which a Cython module lacks,
+    # and the entries neither pickle nor repr under their own module.
+    module=__name__)
 ProducerEntry.__doc__ = """One producer's state, copied out of the table (not a live view).
 
 `epoch` is -1 when unknown, `coordinator_epoch` -1 before any marker,

@@ -1,9 +1,19 @@
 """Type stubs for logstore.native.record_batch (Kafka v2 RecordBatch codec)."""
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import final
+
+import pyarrow
+from typing_extensions import Buffer
 
 _Headers = Sequence[tuple[str | bytes, bytes | None]]
 
 RECORD_BATCH_OVERHEAD: int
+DEFAULT_MAX_DECOMPRESSED: int
+ENTRY_OVERHEAD: int
+ENTRY_PREFIX: int
+LENGTH_OFFSET: int
+MAGIC_OFFSET: int
+CRC_OFFSET: int
 CODEC_MASK: int
 TIMESTAMP_TYPE_MASK: int
 TRANSACTIONAL_FLAG: int
@@ -19,6 +29,7 @@ CONTROL_COMMIT: int
 def increment_sequence(sequence: int, increment: int) -> int: ...
 def decrement_sequence(sequence: int, decrement: int) -> int: ...
 
+@final
 class BatchHeader:
     position: int
     base_offset: int
@@ -55,6 +66,7 @@ class BatchHeader:
     @property
     def last_sequence(self) -> int: ...
 
+@final
 class Record:
     offset: int
     timestamp: int
@@ -64,10 +76,12 @@ class Record:
     def __init__(self, offset: int, timestamp: int, key: bytes | None, value: bytes | None,
                  headers: Iterable[tuple[str, bytes | None]] = ...) -> None: ...
 
+@final
 class NativeBuffer:
     def __len__(self) -> int: ...
     def tobytes(self) -> bytes: ...
 
+@final
 class Columns:
     count: int
     offsets: NativeBuffer
@@ -90,18 +104,20 @@ class Columns:
     header_value_data: NativeBuffer | None
     header_value_validity: NativeBuffer | None
     header_value_null_count: int | None
-    def to_arrow(self): ...
+    def to_arrow(self) -> pyarrow.RecordBatch: ...
 
+@final
 class ColumnarBuilder:
     count: int
     headers: bool
     timestamp_types: bool
     def __init__(self, *, headers: bool = False, timestamp_types: bool = False) -> None: ...
-    def add_batch(self, buf, pos: int = 0, *, start_offset: int = ..., end_offset: int | None = None,
+    def add_batch(self, buf: Buffer, pos: int = 0, *, start_offset: int = ..., end_offset: int | None = None,
                   skip_control: bool = True, verify_crc: bool = True,
                   max_decompressed: int = ...) -> BatchHeader: ...
     def finish(self) -> Columns: ...
 
+@final
 class BatchBuilder:
     base_offset: int
     def __init__(self, *, base_offset: int = 0, compression: int = 0, compression_level: int | None = None,
@@ -115,14 +131,18 @@ class BatchBuilder:
                headers: _Headers | None = None) -> None: ...
     def build(self) -> bytes: ...
 
-def read_header(buf, pos: int = 0) -> BatchHeader: ...
-def validate_batch(buf, pos: int = 0, *, client: bool = False, max_batch_size: int = -1,
+def read_header(buf: Buffer, pos: int = 0) -> BatchHeader: ...
+def read_entry_prefix(buf: Buffer, pos: int = 0) -> tuple[int, int, int] | None: ...
+def peek_header(buf: Buffer, pos: int = 0) -> BatchHeader | None: ...
+def assign_batch_offsets(buf: Buffer, pos: int, base_offset: int, leader_epoch: int,
+                         log_append_time: int = -1) -> None: ...
+def validate_batch(buf: Buffer, pos: int = 0, *, client: bool = False, max_batch_size: int = -1,
                    verify_crc: bool = True, deep: bool = False) -> BatchHeader: ...
-def validate_records(buf, *, client: bool = False, max_batch_size: int = -1,
+def validate_records(buf: Buffer, *, client: bool = False, max_batch_size: int = -1,
                      verify_crc: bool = True) -> list[BatchHeader]: ...
-def decode_records(buf, pos: int = 0, *, verify_crc: bool = True,
+def decode_records(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
                    max_decompressed: int = ...) -> list[Record]: ...
-def decode_columnar(buf, pos: int = 0, *, verify_crc: bool = True,
+def decode_columnar(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
                     max_decompressed: int = ...) -> Columns: ...
 def encode_batch(keys: Sequence[bytes | None], values: Sequence[bytes | None],
                  headers: Sequence[_Headers] | None = None,
@@ -137,6 +157,6 @@ def encode_control_batch(commit: bool, coordinator_epoch: int, producer_id: int,
 def encode_varint(value: int) -> bytes: ...
 def encode_varlong(value: int) -> bytes: ...
 def encode_unsigned_varint(value: int) -> bytes: ...
-def decode_varint(buf, pos: int = 0) -> tuple[int, int]: ...
-def decode_varlong(buf, pos: int = 0) -> tuple[int, int]: ...
-def decode_unsigned_varint(buf, pos: int = 0) -> tuple[int, int]: ...
+def decode_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]: ...
+def decode_varlong(buf: Buffer, pos: int = 0) -> tuple[int, int]: ...
+def decode_unsigned_varint(buf: Buffer, pos: int = 0) -> tuple[int, int]: ...

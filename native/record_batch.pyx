@@ -2,15 +2,8 @@
 """Kafka v2 RecordBatch (magic 2): header, validator, encoders, decoders.
 
 Layout (on-disk-format.md §2, Kafka's DefaultRecordBatch / DefaultRecord):
-
-    0  baseOffset int64        27 baseTimestamp int64
-    8  batchLength int32       35 maxTimestamp int64
-    12 partitionLeaderEpoch    43 producerId int64
-    16 magic int8 = 2          51 producerEpoch int16
-    17 crc uint32 (CRC-32C of  53 baseSequence int32
-       bytes [21, end))        57 recordCount int32
-    21 attributes int16        61 records (one compressed blob when codec != 0)
-    23 lastOffsetDelta int32
+the 61-byte header is batch_header.pxd's, then recordCount records (one
+compressed blob when the codec is not 0):
 
     record: length varint, attributes int8, timestampDelta varlong,
             offsetDelta varint, keyLength varint, key, valueLength varint,
@@ -24,7 +17,7 @@ run without the GIL. The record parser and the columnar loop are C
 at the bottom.
 """
 cimport cython
-from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_READ, PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.list cimport PyList_New, PyList_SET_ITEM
 from cpython.memoryview cimport PyMemoryView_FromMemory
@@ -33,6 +26,40 @@ from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
+
+from batch_header cimport (
+    ATTRIBUTES_AT,
+    BASE_OFFSET_AT,
+    BASE_SEQUENCE_AT,
+    BATCH_LENGTH_AT,
+    CRC_AT,
+    CRC_START,
+    ENTRY_PREFIX_SIZE,
+    HEADER_SIZE,
+    LAST_OFFSET_DELTA_AT,
+    LEADER_EPOCH_AT,
+    LOG_OVERHEAD,
+    MAGIC_AT,
+    MAX_TIMESTAMP_AT,
+    MIN_BATCH_LENGTH,
+    MIN_RECORD_SIZE,
+    PRODUCER_ID_AT,
+    RECORD_COUNT_AT,
+    HeaderFields,
+    read_be16,
+    read_be32,
+    read_be64,
+    read_fields,
+    write_be16,
+    write_be32,
+    write_be64,
+    write_fields,
+)
+from batch_header cimport CODEC_MASK as _CODEC_MASK
+from batch_header cimport CONTROL_FLAG as _CONTROL_FLAG
+from batch_header cimport DELETE_HORIZON_FLAG as _DELETE_HORIZON_FLAG
+from batch_header cimport TIMESTAMP_TYPE_MASK as _TIMESTAMP_TYPE_MASK
+from batch_header cimport TRANSACTIONAL_FLAG as _TRANSACTIONAL_FLAG
 
 include "varint.pxi"
 
@@ -52,21 +79,17 @@ from logstore.native.compression import DEFAULT_MAX_DECOMPRESSED, compress, deco
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
 
-# Sizes and positions within the header.
-DEF HEADER_SIZE = 61
-DEF LOG_OVERHEAD = 12
-DEF MIN_BATCH_LENGTH = 49
-DEF CRC_START = 21
-# A record body is at least attributes, timestampDelta, offsetDelta,
-# keyLength, valueLength and headerCount: six bytes, plus its length varint.
-DEF MIN_RECORD_SIZE = 7
-
 RECORD_BATCH_OVERHEAD = HEADER_SIZE
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG = 0x10
-CONTROL_FLAG = 0x20
-DELETE_HORIZON_FLAG = 0x40
+ENTRY_OVERHEAD = LOG_OVERHEAD
+ENTRY_PREFIX = ENTRY_PREFIX_SIZE
+LENGTH_OFFSET = BATCH_LENGTH_AT
+MAGIC_OFFSET = MAGIC_AT
+CRC_OFFSET = CRC_AT
+CODEC_MASK = _CODEC_MASK
+TIMESTAMP_TYPE_MASK = _TIMESTAMP_TYPE_MASK
+TRANSACTIONAL_FLAG = _TRANSACTIONAL_FLAG
+CONTROL_FLAG = _CONTROL_FLAG
+DELETE_HORIZON_FLAG = _DELETE_HORIZON_FLAG
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
 NO_TIMESTAMP = -1

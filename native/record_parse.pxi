@@ -108,5 +108,5 @@ cdef _Buffer _records_section(object buf, BatchHeader h, Py_ssize_t pos, Py_ssiz
     end[0] = raw.buf.len
     if h.record_count > end[0] // MIN_RECORD_SIZE:
         raise CorruptRecordError(
-            f"record count {h.record_count} cannot fit in {end[0]} decompressed bytes", pos + 57)
+            f"record count {h.record_count} cannot fit in {end[0]} decompressed bytes", pos + RECORD_COUNT_AT)
     return raw

@@ -1,16 +1,21 @@
 """Type stubs for logstore.native.wire (the broker's Produce decoder and Fetch encoder)."""
 from typing import Any, Protocol
 
+from typing_extensions import disjoint_base
+
 class WireError(ValueError): ...
 
+@disjoint_base
 class ProducePartition:
     index: int
     records: memoryview | None
 
+@disjoint_base
 class ProduceTopic:
     name: str
     partition_data: list[ProducePartition]
 
+@disjoint_base
 class ProduceRequest:
     transactional_id: str | None
     acks: int

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from logstore.read_committed import ISOLATION_LEVELS, READ_COMMITTED
 

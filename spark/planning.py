@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 
+from logstore.spark.options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
+
 from logstore.errors import OffsetOutOfRangeError
 from logstore.reader import PartitionScan, PartitionView, StoreView
-
-from logstore.spark.options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 
 
 class DataLossError(OffsetOutOfRangeError):
@@ -42,8 +42,7 @@ class Pushdown:
 
 def push_filters(filters, pushdown: Pushdown) -> tuple[Pushdown, list]:
     """Narrow `pushdown` by each filter it can use; returns it and the filters Spark must still apply."""
-    from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,
-                                        LessThanOrEqual)
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
     remaining = []
     for f in filters:
         column = f.attribute[0] if len(getattr(f, "attribute", ())) == 1 else None
@@ -101,7 +100,7 @@ def _millis_floor(value) -> int | None:
     if value.tzinfo is None:
         # Spark hands naive datetimes in the Python worker's local zone; .timestamp() reads them so.
         value = value.astimezone()
-    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
     return (delta.days * 86_400_000_000 + delta.seconds * 1_000_000 + delta.microseconds) // 1000
 
 

@@ -11,12 +11,11 @@ through a broker.
 from __future__ import annotations
 
 import inspect
-from typing import Iterator
-
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from collections.abc import Iterator
 
 from logstore.spark.options import SourceOptions, parse_options
 from logstore.spark.planning import Pushdown, TaskRange, plan_batch, push_filters
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")
@@ -53,7 +52,7 @@ class LogstoreDataSource(DataSource):
         headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return BASE_SCHEMA + (", " + HEADERS_FIELD if headers else "")
 
-    def reader(self, schema) -> "LogstoreScanReader":
+    def reader(self, schema) -> LogstoreScanReader:
         """A batch scan: one that takes pushed filters wherever Spark may push them."""
         options = parse_options(self.options, streaming=False)
         if _planning_without_pushdown():

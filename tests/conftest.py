@@ -9,14 +9,14 @@ docs/spec/on-disk-format.md). Tests reach them through the `vector` fixture, or 
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 
 import pytest
 
 from spec_vectors import VECTORS_DIR
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_vector(name: str) -> tuple[bytes, dict]:
     """The bytes of NAME.hex and the parsed NAME.json (bytes are empty if there is no .hex)."""
     doc = json.loads((VECTORS_DIR / f"{name}.json").read_text())

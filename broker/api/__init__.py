@@ -1,41 +1,47 @@
 """The Kafka APIs: one module per API key, each registering its handler here.
 
-A handler is `async def handle(request: Request, body) -> response | None`
-(None: nothing is sent, as for Produce with acks=0). It gets the body kio
-decoded at the client's version and builds the response with `build`, which
-takes the fields of every version and keeps those the asked version has, so a
-handler is written once for all the versions it supports. ApiVersions lists
-exactly what is registered.
+A handler is `async def handle(request: Request, body) -> response`. The
+registration (`@api`) carries everything API-specific the server needs:
+the versions, how a request frame is decoded (kio, or Produce's native
+decoder), whether a request gets a reply at all (Produce with acks=0 does
+not), how the response is encoded (kio, or Fetch's native encoder), and
+what a version above the range gets (ApiVersions' KIP-511 answer). The
+server only reads frames and follows the registration.
+
+Handlers build responses with `build`, which takes the fields of every
+version and keeps those the asked version has, so a handler is written once
+for all the versions it supports; they go through `kit` for errors,
+partitions and authorization. Every module of this package that registers
+is found by `load_all`; ApiVersions lists exactly what is registered.
 """
 from __future__ import annotations
 
 import dataclasses
 import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from kio.index import load_response_schema
+from logstore.broker.authorizer import ANONYMOUS, KafkaPrincipal
+from logstore.broker.context import BrokerContext
+from logstore.broker.protocol import PreEncoded, decode_kio, encode_kio
 
-from logstore.broker.protocol import ErrorCode
-from logstore.errors import LogStoreError
+__all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "load_all"]
 
-__all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "error_code", "load_all",
-           "coordinator_call", "coordinator_error"]
+Decoder = Callable[[bytes], tuple[str | None, Any]]      # frame → (client id, body)
+Encoder = Callable[[int, int, Any], PreEncoded]          # (correlation id, version, response) → frame parts
 
-HANDLER_MODULES = ("api_versions", "metadata", "produce", "fetch", "list_offsets", "find_coordinator",
-                   "init_producer_id", "create_topics", "delete_topics", "delete_records", "offset_for_leader_epoch",
-                   "describe_configs", "add_partitions_to_txn", "add_offsets_to_txn", "end_txn",
-                   "alter_configs", "incremental_alter_configs",
-                   "describe_producers", "describe_transactions", "list_transactions", "join_group", "sync_group",
-                   "heartbeat", "leave_group", "offset_commit", "offset_fetch", "txn_offset_commit",
-                   "describe_groups", "list_groups", "delete_groups", "offset_delete", "consumer_group_heartbeat",
-                   "consumer_group_describe")
+
+def _always(body) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
 class Api:
-    """One API key as this broker serves it."""
+    """One API key as this broker serves it: versions, handler, and how its frames are read and written."""
 
     key: int
     name: str
@@ -44,27 +50,35 @@ class Api:
     handler: Callable[..., Awaitable[Any]]
     accept_from: int          # the lowest version actually decoded (Produce advertises 0, takes 3+)
     doc: str
+    decode: Decoder = decode_kio
+    replies: Callable[[Any], bool] = _always
+    encode: Encoder = encode_kio
+    # What a version above max_version gets instead of a closed connection: (frame, correlation id) → reply.
+    newer: Callable[[bytes, int], PreEncoded] | None = None
 
 
 REGISTRY: dict[int, Api] = {}
 
 
-def api(key: int, min_version: int, max_version: int, *, accept_from: int | None = None):
-    """Register the decorated coroutine as the handler of `key` for those versions."""
+def api(key: int, min_version: int, max_version: int, *, accept_from: int | None = None,
+        decode: Decoder = decode_kio, replies: Callable[[Any], bool] = _always, encode: Encoder = encode_kio,
+        newer: Callable[[bytes, int], PreEncoded] | None = None):
+    """Register the decorated coroutine as the handler of `key` for those versions, with its codecs."""
     def register(handler):
         if key in REGISTRY:
             raise RuntimeError(f"api key {key} registered twice")
         module = importlib.import_module(handler.__module__)
         REGISTRY[key] = Api(key, module.__name__.rpartition(".")[2], min_version, max_version, handler,
-                            min_version if accept_from is None else accept_from, (module.__doc__ or "").strip())
+                            min_version if accept_from is None else accept_from, (module.__doc__ or "").strip(),
+                            decode, replies, encode, newer)
         return handler
     return register
 
 
 def load_all() -> dict[int, Api]:
-    """Import every handler module (each registers itself)."""
-    for name in HANDLER_MODULES:
-        importlib.import_module(f"{__name__}.{name}")
+    """Import every module of this package; those that register a handler are the APIs served."""
+    for module in pkgutil.iter_modules(__path__, f"{__name__}."):
+        importlib.import_module(module.name)
     return REGISTRY
 
 
@@ -72,12 +86,13 @@ def load_all() -> dict[int, Api]:
 class Request:
     """What a handler knows of the request besides its body."""
 
-    broker: Any
+    broker: BrokerContext
     api_key: int
     version: int
     correlation_id: int
     client_id: str | None
     client_host: str = ""     # as Kafka shows it: "/" and the peer's address
+    principal: KafkaPrincipal = ANONYMOUS
 
 
 @cache
@@ -98,26 +113,3 @@ def build(cls, **values):
     """An instance of a kio class from the fields it has among `values` (the union over versions)."""
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
-
-
-def error_code(code: int) -> ErrorCode:
-    """kio's ErrorCode for a Kafka error number."""
-    return ErrorCode(code)
-
-
-async def coordinator_call(request: Request, call, *args, fenced_from: int) -> ErrorCode:
-    """Run a coordinator call in the broker's coordinator pool: NONE, or the code of its error."""
-    try:
-        await request.broker.coordinate(call, *args)
-    except LogStoreError as exc:
-        return coordinator_error(exc, request.version, fenced_from)
-    return ErrorCode.none
-
-
-def coordinator_error(exc: Exception, version: int, fenced_from: int) -> ErrorCode:
-    """The code of a coordinator's error at this version: PRODUCER_FENCED only exists from
-    `fenced_from`, older versions get INVALID_PRODUCER_EPOCH, as Kafka answers them."""
-    code = ErrorCode(exc.code)
-    if code == ErrorCode.producer_fenced and version < fenced_from:
-        return ErrorCode.invalid_producer_epoch
-    return code

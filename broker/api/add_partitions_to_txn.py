@@ -6,33 +6,51 @@ partitions do not exist, those get UNKNOWN_TOPIC_OR_PARTITION and the others
 OPERATION_NOT_ATTEMPTED, and nothing is added. PRODUCER_FENCED is
 INVALID_PRODUCER_EPOCH before v2. v4+ (the broker-to-broker verification
 form of KIP-890) is not advertised: this broker verifies in-process.
+
+Authorization (Kafka's KafkaApis): WRITE on the TRANSACTIONAL_ID, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; WRITE on each
+TOPIC, else its partitions answer TOPIC_AUTHORIZATION_FAILED and the others
+OPERATION_NOT_ATTEMPTED, and nothing is added.
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, coordinator_error, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, Shape, coordinate, denied, each_partition
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
+
+from logstore.errors import UnknownTopicOrPartitionError
 
 KEY = 24
+SHAPE = Shape(index=None)
+
+
+async def _errors(request: Request, body) -> dict[tuple[str, int], ErrorCode]:
+    """Each partition's error (none when all were added)."""
+    topics = body.v3_and_below_topics
+    transactional_id = body.v3_and_below_transactional_id
+    refused = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    checked = each_partition(request, topics, lambda topic, index, asked: None, operation=AclOperation.WRITE,
+                             shape=SHAPE, error=refused)
+    errors = {(r.topic, r.index): r.error for _, rows in checked for r in rows}
+    if any(errors.values()):
+        if refused:
+            return errors
+        return {tp: error or ErrorCode.operation_not_attempted for tp, error in errors.items()}
+    asked = list(errors)
+    outcome = await coordinate(request, request.broker.transactions.add_partitions, transactional_id,
+                               body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, asked)
+    if isinstance(outcome.exc, UnknownTopicOrPartitionError):
+        unknown = set(getattr(outcome.exc, "partitions", asked))
+        return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
+                for tp in asked}
+    return dict.fromkeys(asked, outcome.error)
 
 
 @api(KEY, 0, 3)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Add every partition asked, or none."""
-    broker = request.broker
     version = request.version
-    asked = [(t.name, p) for t in body.v3_and_below_topics for p in t.partitions]
-    errors: dict[tuple[str, int], ErrorCode] = {}
-    try:
-        await broker.coordinate(broker.transactions.add_partitions, body.v3_and_below_transactional_id,
-                                body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, asked)
-    except UnknownTopicOrPartitionError as exc:
-        unknown = set(getattr(exc, "partitions", asked))
-        errors = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
-                  for tp in asked}
-    except LogStoreError as exc:
-        error = coordinator_error(exc, version, 2)
-        errors = dict.fromkeys(asked, error)
+    errors = await _errors(request, body)
     partition_cls = response_type(KEY, version, "AddPartitionsToTxnPartitionResult")
     topic_cls = response_type(KEY, version, "AddPartitionsToTxnTopicResult")
     topics = tuple(build(topic_cls, name=t.name, results_by_partition=tuple(

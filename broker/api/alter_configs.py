@@ -34,19 +34,25 @@ and changes on the controller):
   INVALID_REQUEST "Unknown resource type <n>".
 - `validate_only`: every check, and nothing changes.
 
+Authorization (Kafka's KafkaApis): ALTER_CONFIGS on the TOPIC (else
+TOPIC_AUTHORIZATION_FAILED) or, for BROKER and BROKER_LOGGER, on the CLUSTER
+(else CLUSTER_AUTHORIZATION_FAILED), after the request's own checks.
+
 Version notes: v0-2 carry the same fields; v1 only means throttling after
 the response, v2 is flexible. kio has every one of them.
 """
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from logstore.broker.api import api, build, response_type
-from logstore.broker.api.describe_configs import BROKER, BROKER_ID, BROKER_LOG_DEFAULTS, TOPIC
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.describe_configs import BROKER, BROKER_ID, BROKER_LOG_DEFAULTS, TOPIC, config_denial
+from logstore.broker.api.kit import AclOperation, coordinate
 from logstore.broker.config import BROKER_SETTINGS
+from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
 
 KEY = 33
 
@@ -66,8 +72,9 @@ def repeated_resources(resources) -> set[tuple[int, str]]:
     return twice
 
 
-def common_checks(resource, repeated: set[tuple[int, str]], null_keys: list[str]) -> Answer | None:
-    """Kafka's first checks of a resource (ConfigAdminManager.preprocess), or None when it passes them."""
+def common_checks(request: Request, resource, repeated: set[tuple[int, str]], null_keys: list[str]) -> Answer | None:
+    """Kafka's first checks of a resource (ConfigAdminManager.preprocess) and its authorization, or None
+    when it passes them."""
     if (resource.resource_type, resource.resource_name) in repeated:
         return ErrorCode.invalid_request, "Each resource must appear at most once."
     names = [config.name for config in resource.configs]
@@ -75,10 +82,11 @@ def common_checks(resource, repeated: set[tuple[int, str]], null_keys: list[str]
         return ErrorCode.invalid_request, "Error due to duplicate config keys"
     if null_keys:
         return ErrorCode.invalid_request, "Null value not supported for : " + ", ".join(null_keys)
-    return None
+    refused = config_denial(request, resource, AclOperation.ALTER_CONFIGS)
+    return (refused, None) if refused else None
 
 
-def check_broker_name(broker, name: str) -> Answer | None:
+def check_broker_name(broker: BrokerContext, name: str) -> Answer | None:
     """Kafka's validateResourceNameIsCurrentNodeId for a non-empty name, or None when it is this node."""
     if not name:
         return None
@@ -104,16 +112,13 @@ def check_topic_name(name: str) -> Answer | None:
     return None
 
 
-async def alter_topic(request, topic: str, changes: Mapping[str, Any | None], validate_only: bool) -> Answer:
+async def alter_topic(request: Request, topic: str, changes: Mapping[str, Any | None], validate_only: bool) -> Answer:
     """Apply (or only check) changes to a topic's overrides in the store; None values delete."""
     store = request.broker.store
     # Off the event loop: the overrides are fsynced, and a cleaning round may have to stop first.
     call = functools.partial(store.alter_topic_config, topic, dict(changes), validate_only=validate_only)
-    try:
-        await request.broker.coordinate(call)
-    except LogStoreError as exc:
-        return ErrorCode(exc.code), str(exc)
-    return OK
+    outcome = await coordinate(request, call)
+    return OK if outcome.ok else (outcome.error, outcome.message)
 
 
 def answer(key: int, version: int, resource, result: Answer):
@@ -124,9 +129,9 @@ def answer(key: int, version: int, resource, result: Answer):
                  resource_name=resource.resource_name)
 
 
-async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
+async def _alter(request: Request, resource, repeated, validate_only: bool) -> Answer:
     nulls = [config.name for config in resource.configs if config.value is None]
-    refused = common_checks(resource, repeated, nulls)
+    refused = common_checks(request, resource, repeated, nulls)
     if refused:
         return refused
     kind, name = resource.resource_type, resource.resource_name
@@ -152,6 +157,6 @@ async def answer_each(key: int, request, body, alter):
 
 
 @api(KEY, 0, 2)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Replace each resource's configs, or say why not."""
     return await answer_each(KEY, request, body, _alter)

@@ -1,15 +1,17 @@
 """ApiVersions (18): the keys and version ranges registered here, nothing else (v0-4).
 
-A version above 4 is answered by the server itself with a v0 body and
-UNSUPPORTED_VERSION listing this key's range (KIP-511), since its body
-cannot be decoded. Responses are constant per version, so they are built once.
+A version above 4 is answered with a v0 body and UNSUPPORTED_VERSION
+listing this key's range (KIP-511), since its body cannot be decoded: the
+registration's `newer`, which the server calls instead of closing the
+connection. Responses are constant per version, so they are built once. No
+authorization, as in Kafka: a client asks before it could be anyone.
 """
 from __future__ import annotations
 
 from functools import cache
 
-from logstore.broker.api import REGISTRY, api, build, response_type
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.api import REGISTRY, Request, api, build, response_type
+from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, encode_kio, read_header_only
 
 KEY = 18
 MAX_VERSION = 4
@@ -24,7 +26,13 @@ def response_for(version: int, error: ErrorCode = ErrorCode.none):
     return build(response_type(KEY, version), error_code=error, api_keys=keys, throttle_time=ZERO_MS)
 
 
-@api(KEY, 0, MAX_VERSION)
-async def handle(request, body):
+def _too_new(frame: bytes, correlation_id: int) -> PreEncoded:
+    """KIP-511: the v0 answer with UNSUPPORTED_VERSION to a version whose body cannot be read."""
+    read_header_only(frame, KEY, MAX_VERSION + 1)  # the header must still be readable
+    return encode_kio(correlation_id, 0, response_for(0, ErrorCode.unsupported_version))
+
+
+@api(KEY, 0, MAX_VERSION, newer=_too_new)
+async def handle(request: Request, body):
     """Answer at the version asked."""
     return response_for(request.version)

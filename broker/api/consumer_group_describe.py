@@ -6,7 +6,8 @@ Behavior:
 - A group that does not exist, or is a classic group, answers
   GROUP_ID_NOT_FOUND with Kafka's message ("... is not a consumer group."),
   which is how admin clients know to fall back to DescribeGroups.
-- Authorized operations are "not requested" (this broker has no ACLs).
+- A group the principal may not DESCRIBE answers GROUP_AUTHORIZATION_FAILED
+  (Kafka's KafkaApis). Authorized operations are "not requested".
 
 Version notes: v1 adds MemberType (1: a member of the consumer protocol, 0: a
 classic member that stayed in, or joined, through online migration).
@@ -15,7 +16,8 @@ from __future__ import annotations
 
 import uuid
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized, error_code
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 69
@@ -24,10 +26,13 @@ CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 @api(KEY, 0, 1)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Describe each group asked."""
     version = request.version
-    described = await request.broker.coordinate(request.broker.groups.consumer_group_describe, list(body.group_ids))
+    allowed = authorized(request, AclOperation.DESCRIBE, ResourceType.GROUP, body.group_ids)
+    asked = [g for g in body.group_ids if g in allowed]
+    described = {d.group_id: d for d in
+                 await request.broker.coordinate(request.broker.groups.consumer_group_describe, asked)}
     group_cls = response_type(KEY, version, "DescribedGroup")
     member_cls = response_type(KEY, version, "Member")
     assignment_cls = response_type(KEY, version, "Assignment")
@@ -39,10 +44,12 @@ async def handle(request, body):
             for topic_id, name, partitions in rows))
 
     groups = []
-    for d in described:
-        if d.error is not None:
-            groups.append(build(group_cls, error_code=ErrorCode(d.error.code), error_message=str(d.error),
-                                group_id=d.group_id, group_state="", group_epoch=0, assignment_epoch=0,
+    for group_id in body.group_ids:
+        d = described.get(group_id)
+        if d is None or d.error is not None:
+            error = ErrorCode.group_authorization_failed if d is None else error_code(request, d.error)
+            groups.append(build(group_cls, error_code=error, error_message=None if d is None else str(d.error),
+                                group_id=group_id, group_state="", group_epoch=0, assignment_epoch=0,
                                 assignor_name="", members=(), authorized_operations=UNKNOWN_OPERATIONS))
             continue
         members = tuple(build(member_cls, member_id=m.member_id, instance_id=m.instance_id, rack_id=m.rack_id,

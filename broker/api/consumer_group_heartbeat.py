@@ -12,6 +12,9 @@ Behavior:
   FENCED_MEMBER_EPOCH, UNRELEASED_INSTANCE_ID, FENCED_INSTANCE_ID,
   UNSUPPORTED_ASSIGNOR, GROUP_MAX_SIZE_REACHED, INVALID_REGULAR_EXPRESSION,
   GROUP_ID_NOT_FOUND (a classic group with members).
+- Authorization (Kafka's KafkaApis): READ on the GROUP, else
+  GROUP_AUTHORIZATION_FAILED; DESCRIBE on every subscribed TOPIC, else
+  TOPIC_AUTHORIZATION_FAILED (a member may not learn of topics it cannot see).
 
 Version notes: v1 (Kafka 4.0) makes the client generate its member id (an
 empty one is INVALID_REQUEST) and adds SubscribedTopicRegex; v0's member id
@@ -24,34 +27,40 @@ from datetime import timedelta
 from functools import partial
 
 from kio.static.primitive import i32Timedelta
-
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.group_calls import millis
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
 
 KEY = 68
 CLIENT_MEMBER_ID = 1
 
 
 @api(KEY, 0, 1)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Run the heartbeat through the group coordinator."""
     version = request.version
     response = response_type(KEY, version)
     owned = None if body.topic_partitions is None else [
         (t.topic_id.bytes if t.topic_id is not None else bytes(16), tuple(t.partitions)) for t in body.topic_partitions]
-    try:
-        result = await request.broker.coordinate(partial(
-            request.broker.groups.consumer_group_heartbeat, body.group_id, body.member_id, body.member_epoch,
-            instance_id=body.instance_id, rack_id=body.rack_id,
-            rebalance_timeout_ms=millis(body.rebalance_timeout), subscribed_topic_names=body.subscribed_topic_names,
-            subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
-            server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
-            client_host=request.client_host, member_id_required=version >= CLIENT_MEMBER_ID))
-    except LogStoreError as exc:
-        return build(response, throttle_time=ZERO_MS, error_code=ErrorCode(exc.code), error_message=str(exc),
+    names = body.subscribed_topic_names or ()
+    refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
+    if not refused and len(authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
+        refused = ErrorCode.topic_authorization_failed
+    if refused:
+        return build(response, throttle_time=ZERO_MS, error_code=refused, error_message=None, member_id=None,
+                     member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
+    outcome = await coordinate(request, partial(
+        request.broker.groups.consumer_group_heartbeat, body.group_id, body.member_id, body.member_epoch,
+        instance_id=body.instance_id, rack_id=body.rack_id,
+        rebalance_timeout_ms=millis(body.rebalance_timeout), subscribed_topic_names=body.subscribed_topic_names,
+        subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+        server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
+        client_host=request.client_host, member_id_required=version >= CLIENT_MEMBER_ID))
+    if not outcome.ok:
+        return build(response, throttle_time=ZERO_MS, error_code=outcome.error, error_message=outcome.message,
                      member_id=None, member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
+    result = outcome.value
     assignment = None
     if result.assignment is not None:
         partitions_cls = response_type(KEY, version, "TopicPartitions")

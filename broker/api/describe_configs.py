@@ -29,6 +29,10 @@ Behavior:
 - A broker setting's source is STATIC_BROKER_CONFIG when the properties or
   an override named it, DEFAULT_CONFIG otherwise.
 
+Authorization (Kafka's KafkaApis): DESCRIBE_CONFIGS on the TOPIC (else
+TOPIC_AUTHORIZATION_FAILED) or, for BROKER and BROKER_LOGGER, on the CLUSTER
+(else CLUSTER_AUTHORIZATION_FAILED), per resource.
+
 Version notes: kio has no v0 schema, so v0 is not served (every admin client
 in use sends v1+). v1 brings synonyms and config_source, v3 config_type and
 documentation (sent when `include_documentation`), v4 is flexible.
@@ -36,12 +40,16 @@ documentation (sent when `include_documentation`), v4 is flexible.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from itertools import dropwhile
-from typing import Any, Mapping
+from typing import Any
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.config import BROKER_SETTINGS
+from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
 from logstore.config import TOPIC_CONFIGS
 from logstore.errors import InvalidTopicError
 from logstore.manager import validate_topic_name
@@ -62,13 +70,15 @@ TOPIC_DOCS: dict[str, tuple[int, str]] = {
     "segment.index.bytes": (INT, "Size (bytes) of each segment's offset and time indexes."),
     "index.interval.bytes": (INT, "Bytes appended between two offset index entries."),
     "retention.ms": (LONG, "Age (ms) after which a segment is deleted, with cleanup.policy delete; -1: no limit."),
-    "retention.bytes": (LONG, "Size (bytes) a partition may reach before its oldest segments are deleted; -1: no limit."),
+    "retention.bytes": (LONG, "Size (bytes) a partition may reach before its oldest segments are deleted; "
+                                "-1: no limit."),
     "flush.messages": (LONG, "Messages appended between two forced fsyncs of the log."),
     "flush.ms": (LONG, "Longest time (ms) a message waits in the log before a forced fsync."),
     "max.message.bytes": (INT, "Largest record batch (bytes) the log accepts."),
     "message.timestamp.type": (STRING, "CreateTime (the producer's timestamp) or LogAppendTime (the broker's clock)."),
     "file.delete.delay.ms": (LONG, "Time (ms) a deleted segment's files stay on disk."),
-    "cleanup.policy": (LIST, "delete (retention removes old segments) and/or compact (the latest value per key is kept)."),
+    "cleanup.policy": (LIST, "delete (retention removes old segments) and/or compact "
+                              "(the latest value per key is kept)."),
     "min.cleanable.dirty.ratio": (DOUBLE, "Share of the log's bytes not yet compacted above which the cleaner "
                                           "compacts it."),
     "min.compaction.lag.ms": (LONG, "Least time (ms) a record stays uncompacted in the log."),
@@ -117,7 +127,7 @@ def _entry(cls, synonym_cls, name, value, chain, *, read_only, config_type, doc,
                  config_type=config_type, documentation=doc if with_doc else None)
 
 
-def _topic_configs(broker, topic: str, make) -> list:
+def _topic_configs(broker: BrokerContext, topic: str, make) -> list:
     overrides = broker.store.topic_overrides(topic)
     values = broker.store.config_for(topic).to_properties()
     static = broker.config.log_properties
@@ -132,7 +142,7 @@ def _topic_configs(broker, topic: str, make) -> list:
     return entries
 
 
-def _broker_configs(broker, make) -> list:
+def _broker_configs(broker: BrokerContext, make) -> list:
     config = broker.config
     entries = []
     for name, (default, kind) in BROKER_SETTINGS.items():
@@ -160,7 +170,17 @@ def _broker_configs(broker, make) -> list:
     return sorted(entries, key=lambda e: e.name)
 
 
-def _describe(broker, resource, make) -> tuple[ErrorCode, str | None, list]:
+def config_denial(request: Request, resource, operation: AclOperation) -> ErrorCode:
+    """Kafka's authorization of a config resource: a TOPIC on itself, BROKER and BROKER_LOGGER on the CLUSTER."""
+    kind = resource.resource_type
+    if kind == TOPIC:
+        return denied(request, operation, ResourceType.TOPIC, resource.resource_name)
+    if kind in (BROKER, BROKER_LOGGER):
+        return denied(request, operation, ResourceType.CLUSTER)
+    return ErrorCode.none
+
+
+def _describe(broker: BrokerContext, resource, make) -> tuple[ErrorCode, str | None, list]:
     kind, name = resource.resource_type, resource.resource_name
     if kind == TOPIC:
         try:
@@ -185,7 +205,7 @@ def _describe(broker, resource, make) -> tuple[ErrorCode, str | None, list]:
 
 
 @api(KEY, 1, 4)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Describe each resource's configs, or say why not."""
     version = request.version
     cls = response_type(KEY, version, "DescribeConfigsResourceResult")
@@ -198,7 +218,10 @@ async def handle(request, body):
 
     results = []
     for resource in body.resources:
-        error, message, entries = _describe(request.broker, resource, make)
+        error = config_denial(request, resource, AclOperation.DESCRIBE_CONFIGS)
+        message, entries = None, []
+        if not error:
+            error, message, entries = _describe(request.broker, resource, make)
         if resource.configuration_keys:
             wanted = set(resource.configuration_keys)
             entries = [e for e in entries if e.name in wanted]

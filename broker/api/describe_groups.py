@@ -4,12 +4,14 @@ As in Kafka, members' metadata and assignments are filled in only for a
 Stable group, and a group the coordinator does not know is described as
 Dead with no members and no error, and so is a KIP-848 consumer group
 (ConsumerGroupDescribe describes those), as Kafka answers these versions
-(v6 would answer GROUP_ID_NOT_FOUND for both). Authorized operations are
-"not requested" (this broker has no ACLs).
+(v6 would answer GROUP_ID_NOT_FOUND for both). A group the principal may
+not DESCRIBE answers GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
+Authorized operations are "not requested".
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 15
@@ -17,14 +19,20 @@ UNKNOWN_OPERATIONS = -2147483648
 
 
 @api(KEY, 0, 5)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Describe each group asked."""
     version = request.version
     groups = request.broker.groups
     group_cls = response_type(KEY, version, "DescribedGroup")
     member_cls = response_type(KEY, version, "DescribedGroupMember")
+    allowed = authorized(request, AclOperation.DESCRIBE, ResourceType.GROUP, body.groups)
     described = []
     for group_id in body.groups:
+        if group_id not in allowed:
+            described.append(build(group_cls, error_code=ErrorCode.group_authorization_failed, group_id=group_id,
+                                   group_state="", protocol_type="", protocol_data="", members=(),
+                                   authorized_operations=UNKNOWN_OPERATIONS))
+            continue
         d = await request.broker.coordinate(groups.describe, group_id)
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                               client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,

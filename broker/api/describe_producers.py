@@ -13,54 +13,54 @@ UnifiedLog.activeProducers:
 - The state is read under the log's lock, so a row never shows half an
   append.
 
+- Authorization (Kafka's KafkaApis): READ on the TOPIC, else
+  TOPIC_AUTHORIZATION_FAILED on each partition asked.
+
 Version notes: v0 is the only version (flexible).
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, Shape, each_partition, refuse, topic_rows
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
 from logstore.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from logstore.manager import validate_topic_name
 
 KEY = 61
+SHAPE = Shape(partitions="partition_indexes", index=None)
 
 
-def _topic_error(broker, name: str) -> tuple[ErrorCode, str] | None:
+def _producers(store, topic: str, index: int):
+    """The partition's producer entries, or Kafka's refusal of the topic or partition."""
     try:
-        validate_topic_name(name)
+        validate_topic_name(topic)
     except InvalidTopicError as exc:
-        return ErrorCode.invalid_topic_exception, str(exc)
-    if name not in broker.store.topics():
-        return ErrorCode.unknown_topic_or_partition, f"topic {name!r} does not exist"
-    return None
+        return refuse(ErrorCode.invalid_topic_exception, str(exc))
+    if topic not in store.topics():
+        return refuse(ErrorCode.unknown_topic_or_partition, f"topic {topic!r} does not exist")
+    try:
+        return store.log(topic, index).producer_entries()
+    except UnknownTopicOrPartitionError:
+        return refuse(ErrorCode.unknown_topic_or_partition, f"partition {topic}-{index} does not exist")
 
 
 @api(KEY, 0, 0)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Describe the active producers of each partition asked."""
-    broker = request.broker
     version = request.version
-    partition_cls = response_type(KEY, version, "PartitionResponse")
     state_cls = response_type(KEY, version, "ProducerState")
-    topic_cls = response_type(KEY, version, "TopicResponse")
-    topics = []
-    for topic in body.topics:
-        topic_error = _topic_error(broker, topic.name)
-        rows = []
-        for index in topic.partition_indexes:
-            error = topic_error
-            entries = []
-            if error is None:
-                try:
-                    entries = broker.store.log(topic.name, index).producer_entries()
-                except UnknownTopicOrPartitionError:
-                    error = ErrorCode.unknown_topic_or_partition, f"partition {topic.name}-{index} does not exist"
-            producers = tuple(build(state_cls, producer_id=e.producer_id, producer_epoch=e.epoch,
-                                    last_sequence=e.batches[-1][1] if e.batches else -1,
-                                    last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
-                                    current_txn_start_offset=e.txn_first_offset) for e in entries)
-            code, message = error if error is not None else (ErrorCode.none, None)
-            rows.append(build(partition_cls, partition_index=index, error_code=code, error_message=message,
-                              active_producers=producers))
-        topics.append(build(topic_cls, name=topic.name, partitions=tuple(rows)))
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=tuple(topics))
+    store = request.broker.store
+    results = each_partition(request, body.topics, lambda topic, index, _: _producers(store, topic, index),
+                             operation=AclOperation.READ, shape=SHAPE)
+
+    def fields(result) -> dict:
+        producers = tuple(build(state_cls, producer_id=e.producer_id, producer_epoch=e.epoch,
+                                last_sequence=e.batches[-1][1] if e.batches else -1,
+                                last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,
+                                current_txn_start_offset=e.txn_first_offset) for e in result.value or ())
+        return dict(partition_index=result.index, active_producers=producers)
+
+    topics = topic_rows(results, response_type(KEY, version, "TopicResponse"),
+                        response_type(KEY, version, "PartitionResponse"), fields)
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=topics)

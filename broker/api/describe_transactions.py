@@ -21,6 +21,10 @@ Behavior, as Kafka's TransactionCoordinator.handleDescribeTransactions:
 - This node coordinates every id and loads them all before it listens, so
   neither NOT_COORDINATOR nor COORDINATOR_LOAD_IN_PROGRESS is answered.
 
+- Authorization (Kafka's KafkaApis): an id the principal may not DESCRIBE
+  answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED; topics it may not DESCRIBE
+  are left out of a transaction's partitions.
+
 Version notes: v0 is the only version (flexible).
 """
 from __future__ import annotations
@@ -29,9 +33,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from kio.static.primitive import i32Timedelta
-
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
 from logstore.errors import TransactionalIdNotFoundError
 
 KEY = 65
@@ -49,15 +54,21 @@ def _error_row(state_cls, transactional_id: str, error: ErrorCode):
                  topics=())
 
 
-def _row(state_cls, topic_cls, transactions, transactional_id: str):
+def _meta(transactions, transactional_id: str):
+    """What the coordinator holds of the id, or the code of why there is nothing to show."""
     if not transactional_id:
-        return _error_row(state_cls, transactional_id, ErrorCode.invalid_request)
+        return ErrorCode.invalid_request
     try:
-        meta = transactions.describe(transactional_id)
+        return transactions.describe(transactional_id)
     except TransactionalIdNotFoundError:
-        return _error_row(state_cls, transactional_id, ErrorCode.transactional_id_not_found)
+        return ErrorCode.transactional_id_not_found
+
+
+def _row(state_cls, topic_cls, transactional_id: str, meta, visible: set[str]):
+    if isinstance(meta, ErrorCode):
+        return _error_row(state_cls, transactional_id, meta)
     topics = tuple(build(topic_cls, topic=topic, partitions=tuple(p for _, p in group))
-                   for topic, group in groupby(sorted(meta.partitions), key=lambda tp: tp[0]))
+                   for topic, group in groupby(sorted(meta.partitions), key=lambda tp: tp[0]) if topic in visible)
     return build(state_cls, error_code=ErrorCode.none, transactional_id=transactional_id,
                  transaction_state=meta.state.kafka_name,
                  transaction_timeout=i32Timedelta.parse(timedelta(milliseconds=meta.timeout_ms)),
@@ -66,15 +77,21 @@ def _row(state_cls, topic_cls, transactions, transactional_id: str):
 
 
 @api(KEY, 0, 0)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Describe each transactional id asked."""
     broker = request.broker
     version = request.version
     state_cls = response_type(KEY, version, "TransactionState")
     topic_cls = response_type(KEY, version, "TopicData")
+    ids = body.transactional_ids
+    allowed = authorized(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, ids)
 
-    def describe_all() -> tuple:
-        return tuple(_row(state_cls, topic_cls, broker.transactions, t) for t in body.transactional_ids)
+    def describe_all() -> list:
+        return [_meta(broker.transactions, t) if t in allowed else ErrorCode.transactional_id_authorization_failed
+                for t in ids]
 
-    rows = await broker.coordinate(describe_all)
+    found = await broker.coordinate(describe_all)
+    named = {tp[0] for meta in found if not isinstance(meta, ErrorCode) for tp in meta.partitions}
+    visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
+    rows = tuple(_row(state_cls, topic_cls, t, meta, visible) for t, meta in zip(ids, found))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, transaction_states=rows)

@@ -8,53 +8,61 @@ stable offset and carries the aborted transactions the data overlaps. The
 response is encoded natively and each partition's records are sent from
 their segment file (sendfile when large), never through a Python object.
 No fetch sessions: session id 0 makes clients send full requests. Topic
-ids (v13+) are not served.
+ids (v13+) are not served. A topic needs READ on the TOPIC (Kafka's
+KafkaApis), else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 import asyncio
 
-from logstore.broker.api import api
+from logstore.broker.api import Request, api
+from logstore.broker.api.kit import AclOperation, Shape, attempt, each_partition
 from logstore.broker.protocol import HeldSlice, PreEncoded
-from logstore.errors import LogStoreError
 from logstore.native.wire import encode_fetch
+
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 
 KEY = 1
+SHAPE = Shape(topic="topic", index="partition")
 
 
-def _read_all(broker, body, isolation):
+def _read_all(request: Request, body, isolation):
     """The response's topics as `encode_fetch` rows, how many record bytes they carry, and if any failed."""
+    store = request.broker.store
     total = 0
-    failed = False
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
+
+    def read(topic, index, asked):
+        nonlocal total
+        log_ = store.log(topic, index)
+        room = min(asked.partition_max_bytes, max_bytes - total)
+        data = log_.read(asked.fetch_offset, max(room, 0), isolation=isolation, min_one_message=total == 0)
+        records = data.records if data.size and (room > 0 or total == 0) else None
+        size = records.size if records is not None else 0
+        total += size
+        aborted = None
+        if data.aborted_transactions is not None:
+            aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
+        return (index, 0, data.high_watermark, data.last_stable_offset, data.log_start_offset, aborted,
+                records if size else b"")
+
+    def marks(topic, index):
+        log_ = store.log(topic, index)
+        return log_.high_watermark, log_.last_stable_offset, log_.log_start_offset
+
+    results = each_partition(request, body.topics, read, operation=AclOperation.READ, shape=SHAPE)
+    failed = False
     topics = []
-    for topic in body.topics:
+    for topic, partitions in results:
         rows = []
-        for asked in topic.partitions:
-            try:
-                log_ = broker.store.log(topic.topic, asked.partition)
-                room = min(asked.partition_max_bytes, max_bytes - total)
-                data = log_.read(asked.fetch_offset, max(room, 0), isolation=isolation,
-                                 min_one_message=total == 0)
-                records = data.records if data.size and (room > 0 or total == 0) else None
-                size = records.size if records is not None else 0
-                total += size
-                aborted = None
-                if data.aborted_transactions is not None:
-                    aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
-                rows.append((asked.partition, 0, data.high_watermark, data.last_stable_offset,
-                             data.log_start_offset, aborted, records if size else b""))
-            except LogStoreError as exc:
-                marks = (-1, -1, -1)
-                try:
-                    log_ = broker.store.log(topic.topic, asked.partition)
-                    marks = (log_.high_watermark, log_.last_stable_offset, log_.log_start_offset)
-                except LogStoreError:
-                    pass
-                rows.append((asked.partition, exc.code, *marks, None, b""))
-                failed = True
-        topics.append((topic.topic, rows))
+        for result in partitions:
+            if result.outcome.ok:
+                rows.append(result.value)
+                continue
+            failed = True
+            known = attempt(request, marks, topic, result.index)
+            rows.append((result.index, int(result.error), *(known.value if known.ok else (-1, -1, -1)), None, b""))
+        topics.append((topic, rows))
     return topics, total, failed
 
 
@@ -66,8 +74,13 @@ def _hold(topics) -> None:
                 rows[i] = row[:6] + (HeldSlice(row[6]),)
 
 
-@api(KEY, 4, 12)
-async def handle(request, body):
+def _encode(correlation_id: int, version: int, topics) -> PreEncoded:
+    """The whole response frame, natively: records go out as file ranges."""
+    return PreEncoded(encode_fetch(correlation_id, version, 0, 0, topics))
+
+
+@api(KEY, 4, 12, encode=_encode)
+async def handle(request: Request, body):
     """Read every partition asked; wait for appends while less than min_bytes is there."""
     broker = request.broker
     isolation = READ_COMMITTED if body.isolation_level == 1 else READ_UNCOMMITTED
@@ -75,15 +88,15 @@ async def handle(request, body):
     deadline = loop.time() + body.max_wait.total_seconds()
     while True:
         appended = broker.appended_event()
-        topics, total, failed = _read_all(broker, body, isolation)
+        topics, total, failed = _read_all(request, body, isolation)
         remaining = deadline - loop.time()
         # An error is answered at once, as Kafka does, so the client can act on it.
         if total >= body.min_bytes or failed or remaining <= 0 or broker.closing:
             break
         try:
             await asyncio.wait_for(appended.wait(), remaining)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
     # No await from the read to here: the slices are still the segments' bytes.
     _hold(topics)
-    return PreEncoded(encode_fetch(request.correlation_id, request.version, 0, 0, topics))
+    return topics

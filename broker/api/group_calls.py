@@ -1,14 +1,14 @@
-"""What the group APIs share: calling the group coordinator, and the topics → partitions shape
-of the offset APIs' requests and answers."""
+"""What the group APIs share: the topics → partitions shape of the offset APIs' requests and answers,
+with the partition checks Kafka makes before the coordinator (authorization, existence)."""
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from logstore.broker.api import build, response_type
+from logstore.broker.api import Request, build, response_type
+from logstore.broker.api.kit import AclOperation, each_partition, refuse
 from logstore.broker.protocol import ErrorCode
-from logstore.errors import LogStoreError
 
 TopicPartition = tuple[str, int]
 
@@ -18,31 +18,27 @@ def millis(duration) -> int:
     return duration // timedelta(milliseconds=1) if isinstance(duration, timedelta) else int(duration)
 
 
-async def held(request, call: Callable, *args) -> Any:
-    """Run a coordinator call whose answer is a future (JoinGroup, SyncGroup) and wait for that answer."""
-    future = await request.broker.coordinate(call, *args)
-    return await asyncio.wrap_future(future)
-
-
-def code_of(error: LogStoreError | None) -> ErrorCode:
-    """NONE, or the Kafka code of a coordinator's error."""
-    return ErrorCode.none if error is None else ErrorCode(error.code)
-
-
-def known_partitions(request, topics, offset_of: Callable | None = None):
-    """The asked partitions split into those that exist (→ offset_of(partition), or None) and an
-    UNKNOWN_TOPIC_OR_PARTITION code for the others, as Kafka checks before the coordinator."""
+def known_partitions(request: Request, topics, offset_of: Callable | None = None, *,
+                     operation: AclOperation = AclOperation.READ, error: ErrorCode = ErrorCode.none):
+    """The asked partitions split into those the coordinator is asked about (→ offset_of(partition), or
+    None) and the codes of the others, as Kafka checks before the coordinator: a request-level `error`
+    on all, TOPIC_AUTHORIZATION_FAILED for a topic the principal may not perform `operation` on,
+    UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
     existing = request.broker.store.topics()
+
+    def check(topic, index, asked):
+        if not 0 <= index < existing.get(topic, 0):
+            return refuse(ErrorCode.unknown_topic_or_partition)
+        return offset_of(asked) if offset_of is not None else None
+
     found: dict[TopicPartition, Any] = {}
     codes: dict[TopicPartition, ErrorCode] = {}
-    for topic in topics:
-        for p in topic.partitions:
-            index = p.partition_index
-            tp = (topic.name, index)
-            if 0 <= index < existing.get(topic.name, 0):
-                found[tp] = offset_of(p) if offset_of is not None else None
+    for _, rows in each_partition(request, topics, check, operation=operation, error=error):
+        for r in rows:
+            if r.outcome.ok:
+                found[(r.topic, r.index)] = r.value
             else:
-                codes[tp] = ErrorCode.unknown_topic_or_partition
+                codes[(r.topic, r.index)] = r.error
     return found, codes
 
 

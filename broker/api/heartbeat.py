@@ -1,21 +1,20 @@
-"""Heartbeat (12), v0-4: a member is alive; REBALANCE_IN_PROGRESS tells it to rejoin."""
+"""Heartbeat (12), v0-4: a member is alive; REBALANCE_IN_PROGRESS tells it to rejoin.
+READ on the GROUP, else GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
-from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
+from logstore.broker.protocol import ZERO_MS
 
 KEY = 12
 
 
 @api(KEY, 0, 4)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Restart the member's session timer."""
     groups = request.broker.groups
-    try:
-        await request.broker.coordinate(groups.heartbeat, body.group_id, body.generation_id, body.member_id,
-                                        getattr(body, "group_instance_id", None))
-        error = ErrorCode.none
-    except LogStoreError as exc:
-        error = ErrorCode(exc.code)
+    error = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
+    if not error:
+        error = (await coordinate(request, groups.heartbeat, body.group_id, body.generation_id, body.member_id,
+                                  getattr(body, "group_instance_id", None))).error
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error)

@@ -30,17 +30,28 @@ Behavior, as Kafka's ConfigAdminManager and ConfigurationControlManager:
   resource type <n>".
 - `validate_only`: every check, and nothing changes.
 
+Authorization as AlterConfigs: ALTER_CONFIGS on the TOPIC or the CLUSTER.
+
 Version notes: v0 and v1 carry the same fields; v1 is flexible.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from logstore.broker.api import api
-from logstore.broker.api.alter_configs import (BROKER_CONFIG_NAMES, Answer, alter_topic, answer_each, check_broker_name,
-                                               check_topic_name, common_checks, refuse_broker_configs)
+from logstore.broker.api import Request, api
+from logstore.broker.api.alter_configs import (
+    BROKER_CONFIG_NAMES,
+    Answer,
+    alter_topic,
+    answer_each,
+    check_broker_name,
+    check_topic_name,
+    common_checks,
+    refuse_broker_configs,
+)
 from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, TOPIC
 from logstore.broker.protocol import ErrorCode
+
 from logstore.config import LIST_CONFIGS, TOPIC_CONFIGS
 
 KEY = 44
@@ -96,9 +107,9 @@ def _broker_names(configs) -> tuple[set[str], Answer | None]:
     return names, None
 
 
-async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
+async def _alter(request: Request, resource, repeated, validate_only: bool) -> Answer:
     nulls = [c.name for c in resource.configs if c.value is None and c.config_operation != DELETE]
-    refused = common_checks(resource, repeated, nulls)
+    refused = common_checks(request, resource, repeated, nulls)
     if refused:
         return refused
     kind, name = resource.resource_type, resource.resource_name
@@ -122,6 +133,6 @@ async def _alter(request, resource, repeated, validate_only: bool) -> Answer:
 
 
 @api(KEY, 0, 1)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Apply each resource's operations, or say why not."""
     return await answer_each(KEY, request, body, _alter)

@@ -3,22 +3,28 @@
 v4 lists only the groups in the states asked, v5 only those of the types
 asked ("classic", "consumer"; case-insensitive) and names each group's type.
 A consumer group's protocol type is "consumer" and its states are Kafka's
-(Empty, Assigning, Reconciling, Stable).
+(Empty, Assigning, Reconciling, Stable). As Kafka's KafkaApis: DESCRIBE on the
+CLUSTER lists every group; without it, only the groups the principal may
+DESCRIBE, and the others are not named.
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 16
 
 
 @api(KEY, 0, 5)
-async def handle(request, body):
+async def handle(request: Request, body):
     """The groups, with their protocol type (and state, v4; and type, v5)."""
     version = request.version
     listed = await request.broker.coordinate(request.broker.groups.listed_groups, getattr(body, "states_filter", ()),
                                              getattr(body, "types_filter", ()))
+    if denied(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):
+        visible = authorized(request, AclOperation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in listed])
+        listed = [g for g in listed if g.group_id in visible]
     group_cls = response_type(KEY, version, "ListedGroup")
     rows = tuple(build(group_cls, group_id=g.group_id, protocol_type=g.protocol_type, group_state=g.state,
                        group_type=g.group_type) for g in sorted(listed, key=lambda g: g.group_id))

@@ -26,6 +26,8 @@ Behavior, as Kafka's TransactionStateManager.listTransactionStates:
   INVALID_REGULAR_EXPRESSION with no rows.
 - This node loads every id before it listens, so COORDINATOR_LOAD_IN_PROGRESS
   is never answered.
+- Only the ids the principal may DESCRIBE are listed (Kafka's KafkaApis);
+  the others are not named.
 
 Version notes: v1 adds duration_filter, v2 transactional_id_pattern; all
 versions are flexible.
@@ -35,7 +37,8 @@ from __future__ import annotations
 import re
 import time
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
@@ -56,7 +59,7 @@ def _included(meta, states: set[TxnState] | None, producer_ids: set[int], durati
 
 
 @api(KEY, 0, 2)
-async def handle(request, body):
+async def handle(request: Request, body):
     """List the transactional ids that pass every filter."""
     broker = request.broker
     version = request.version
@@ -76,14 +79,16 @@ async def handle(request, body):
     duration_ms = getattr(body, "duration_filter", -1)
     row_cls = response_type(KEY, version, "TransactionState")
 
-    def listed() -> tuple:
+    def listed() -> list:
         now = int(time.time() * 1000)
-        return tuple(build(row_cls, transactional_id=m.transactional_id, producer_id=m.producer_id,
-                           transaction_state=m.state.kafka_name)
-                     for m in broker.transactions.transactions()
-                     if _included(m, states, producer_ids, duration_ms, pattern, now))
+        return [m for m in broker.transactions.transactions()
+                if _included(m, states, producer_ids, duration_ms, pattern, now)]
 
     # Off the event loop: a client's pattern can be slow to match (Python's re backtracks, RE2 does not).
-    rows = await broker.coordinate(listed)
+    found = await broker.coordinate(listed)
+    visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                         [m.transactional_id for m in found])
+    rows = tuple(build(row_cls, transactional_id=m.transactional_id, producer_id=m.producer_id,
+                       transaction_state=m.state.kafka_name) for m in found if m.transactional_id in visible)
     return build(response_cls, throttle_time=ZERO_MS, error_code=ErrorCode.none, unknown_state_filters=unknown,
                  transaction_states=rows)

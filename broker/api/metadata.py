@@ -10,6 +10,12 @@ null), as KIP-848 consumers do for the topic ids their assignments name; an
 unknown id answers UNKNOWN_TOPIC_ID, and no topic is created by id. Fetch
 still names topics (it stops at v12).
 
+Authorization, as Kafka's KafkaApis: a topic needs DESCRIBE on the TOPIC.
+Asked for every topic, the others are left out; asked by name or id, they
+answer TOPIC_AUTHORIZATION_FAILED (by id with no name, not to disclose it).
+A missing topic is created only with CREATE on the CLUSTER or on that
+TOPIC, else it answers TOPIC_AUTHORIZATION_FAILED.
+
 The encoded body of an answer about existing topics is kept, keyed by the
 version and each topic's partition count: every client asks again and
 again, and a 1,000-partition topic costs tens of milliseconds to encode.
@@ -18,9 +24,12 @@ from __future__ import annotations
 
 import uuid
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, denied
+from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode, encode_body, frame_of_body
-from logstore.errors import InvalidTopicError, LogStoreError
+
+from logstore.errors import LogStoreError
 
 KEY = 3
 UNKNOWN_OPERATIONS = -2147483648
@@ -38,49 +47,81 @@ def _topic(version, name, error, partitions, node_id, topic_id=None):
                  partitions=rows, topic_authorized_operations=UNKNOWN_OPERATIONS)
 
 
-@api(KEY, 0, 12)
-async def handle(request, body):
-    """Describe the broker and the topics asked for, creating missing ones when allowed."""
+def _encode(correlation_id: int, version: int, body: bytes):
+    """The reply around a body encoded (or cached) by the handler."""
+    return frame_of_body(correlation_id, KEY, version, body)
+
+
+Hidden = list[tuple[str | None, uuid.UUID | None]]
+
+
+def _asked(request: Request, body, existing) -> tuple[list[str], bool, list[uuid.UUID], Hidden]:
+    """The topics to describe, whether missing ones may be created, the unknown ids, and the (name, id)
+    pairs the principal may not see."""
     broker = request.broker
-    version = request.version
-    existing = broker.store.topics()
     asked = body.topics
+    version = request.version
     unknown_ids: list[uuid.UUID] = []
     if asked is None or (version == 0 and not asked):
-        names, allow_create = sorted(existing), False
-    elif any(getattr(t, "topic_id", None) not in (None, ZERO_UUID) for t in asked):
+        everything = sorted(existing)
+        visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, everything)
+        return [name for name in everything if name in visible], False, unknown_ids, []
+    if any(getattr(t, "topic_id", None) not in (None, ZERO_UUID) for t in asked):
         # Asked by id (Kafka then ignores the names): the ids' topics, none created.
         by_id = {_topic_id(broker, name): name for name in existing}
-        names, allow_create = [], False
+        names: list[str] = []
         for t in asked:
             if t.topic_id in by_id:
                 names.append(by_id[t.topic_id])
             elif t.topic_id not in (None, ZERO_UUID):
                 unknown_ids.append(t.topic_id)
-    else:
-        names = [t.name for t in asked]
-        allow_create = getattr(body, "allow_auto_topic_creation", True)
+        visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+        hidden = [(None, _topic_id(broker, name)) for name in names if name not in visible]
+        return [name for name in names if name in visible], False, unknown_ids, hidden
+    names = [t.name for t in asked]
+    allow_create = getattr(body, "allow_auto_topic_creation", True)
+    visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
+    hidden = [(name, None) for name in names if name not in visible]
+    names = [name for name in names if name in visible]
+    missing = [name for name in names if name not in existing]
+    if missing and allow_create and broker.config["auto.create.topics.enable"] and \
+            denied(request, AclOperation.CREATE, ResourceType.CLUSTER):
+        creatable = authorized(request, AclOperation.CREATE, ResourceType.TOPIC, missing)
+        hidden = [(name, None) for name in missing if name not in creatable] + hidden
+        names = [name for name in names if name in existing or name in creatable]
+    return names, allow_create, unknown_ids, hidden
+
+
+@api(KEY, 0, 12, encode=_encode)
+async def handle(request: Request, body):
+    """Describe the broker and the topics asked for, creating missing ones when allowed."""
+    broker = request.broker
+    version = request.version
+    existing = broker.store.topics()
+    names, allow_create, unknown_ids, hidden = _asked(request, body, existing)
     cache = broker.response_cache.setdefault(KEY, {})
     key = (version, tuple((name, existing.get(name), _topic_id(broker, name) if name in existing else None)
-                          for name in names), tuple(unknown_ids))
+                          for name in names), tuple(unknown_ids), tuple(hidden))
     body_bytes = cache.get(key)
     if body_bytes is None:
-        body_bytes = encode_body(_answer(broker, version, names, existing, allow_create, unknown_ids))
+        body_bytes = encode_body(_answer(request, names, existing, allow_create, unknown_ids, hidden))
         if all(name in existing for name in names):
             if len(cache) >= CACHED_ANSWERS:
                 cache.clear()
             cache[key] = body_bytes
-    return frame_of_body(request.correlation_id, KEY, version, body_bytes)
+    return body_bytes
 
 
-def _topic_id(broker, name: str) -> uuid.UUID | None:
+def _topic_id(broker: BrokerContext, name: str) -> uuid.UUID | None:
     try:
         return uuid.UUID(bytes=broker.store.topic_id(name))
     except LogStoreError:
         return None
 
 
-def _answer(broker, version, names, existing, allow_create, unknown_ids=()):
+def _answer(request: Request, names, existing, allow_create, unknown_ids=(), hidden=()):
+    broker = request.broker
+    version = request.version
     topics = [_topic(version, None, ErrorCode.unknown_topic_id, 0, broker.node_id, topic_id)
               for topic_id in unknown_ids]
     for name in names:
@@ -90,16 +131,15 @@ def _answer(broker, version, names, existing, allow_create, unknown_ids=()):
             continue
         error = ErrorCode.unknown_topic_or_partition
         if allow_create and broker.config["auto.create.topics.enable"]:
-            try:
-                partitions = broker.create_topic(name, broker.config["num.partitions"])
-                topics.append(_topic(version, name, ErrorCode.none, partitions, broker.node_id,
+            created = attempt(request, broker.create_topic, name, broker.config["num.partitions"])
+            if created.ok:
+                topics.append(_topic(version, name, ErrorCode.none, created.value, broker.node_id,
                                      _topic_id(broker, name)))
                 continue
-            except InvalidTopicError:
-                error = ErrorCode.invalid_topic_exception
-            except LogStoreError as exc:
-                error = ErrorCode(exc.code)
+            error = created.error
         topics.append(_topic(version, name, error, 0, broker.node_id))
+    topics += [_topic(version, name, ErrorCode.topic_authorization_failed, 0, broker.node_id, topic_id)
+               for name, topic_id in hidden]
     advertised = broker.config.advertised
     node = build(response_type(KEY, version, "MetadataResponseBroker"), node_id=broker.node_id,
                  host=advertised.host, port=advertised.port, rack=None)

@@ -9,36 +9,39 @@ management, admin tools). v2-4's retention time sets the offset's own
 expiry, as Kafka did. v9 (KIP-848) carries a consumer group member's
 epoch where a generation was: a member of such a group must commit with it
 (STALE_MEMBER_EPOCH otherwise) and at v9 or above (UNSUPPORTED_VERSION).
+
+Authorization (Kafka's KafkaApis): READ on the GROUP, else
+GROUP_AUTHORIZATION_FAILED on every partition; READ on each TOPIC, else
+TOPIC_AUTHORIZATION_FAILED on its partitions.
 """
 from __future__ import annotations
 
 import time
 
-from logstore.broker.api import api, build, response_type
-from logstore.broker.api.group_calls import code_of, known_partitions, millis, partition_codes
-from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.group_calls import known_partitions, millis, partition_codes
+from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied, error_code
+from logstore.broker.protocol import ZERO_MS
 
 KEY = 8
 DEFAULT_RETENTION = -1
 
 
 @api(KEY, 2, 9)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Commit every partition asked that exists."""
     groups = request.broker.groups
+    refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
     offsets, codes = known_partitions(request, body.topics, lambda p: (
-        p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata), error=refused)
     retention = getattr(body, "retention_time", DEFAULT_RETENTION)
     retention_ms = millis(retention) if retention is not None else DEFAULT_RETENTION
     expire = int(time.time() * 1000) + retention_ms if retention_ms != DEFAULT_RETENTION else -1
     if offsets:
-        try:
-            errors = await request.broker.coordinate(
-                groups.commit_offsets, body.group_id, body.member_id, getattr(body, "group_instance_id", None),
-                body.generation_id_or_member_epoch, offsets, expire, request.version)
-            codes.update({tp: code_of(error) for tp, error in errors.items()})
-        except LogStoreError as exc:
-            codes.update(dict.fromkeys(offsets, ErrorCode(exc.code)))
+        outcome = await coordinate(request, groups.commit_offsets, body.group_id, body.member_id,
+                                   getattr(body, "group_instance_id", None), body.generation_id_or_member_epoch,
+                                   offsets, expire, request.version)
+        codes.update({tp: error_code(request, error) for tp, error in outcome.value.items()} if outcome.ok
+                     else dict.fromkeys(offsets, outcome.error))
     topics = partition_codes(KEY, request.version, "OffsetCommitResponse", body.topics, codes)
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, topics=topics)

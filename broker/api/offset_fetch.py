@@ -7,64 +7,105 @@ transactional commit is still pending answers UNSTABLE_OFFSET_COMMIT, which
 clients retry. v8 asks for several groups at once. v9 (KIP-848) may name a
 consumer group's member and epoch, checked as Kafka checks them (the group
 answers UNKNOWN_MEMBER_ID or STALE_MEMBER_EPOCH); an admin names neither.
+
+Authorization (Kafka's KafkaApis): DESCRIBE on the GROUP, else
+GROUP_AUTHORIZATION_FAILED (v1: on every partition, v2-7: at the top, v8+:
+on the group); DESCRIBE on each TOPIC asked, else TOPIC_AUTHORIZATION_FAILED
+on its partitions; asked for every topic, those it may not see are left out.
 """
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.group_calls import by_topic
+from logstore.broker.api.kit import (
+    AclOperation,
+    Outcome,
+    ResourceType,
+    Shape,
+    authorized,
+    coordinate,
+    denied,
+    each_partition,
+    error_code,
+)
 from logstore.broker.coordinator.group_state import CommittedOffset
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
 from logstore.errors import LogStoreError
 
 KEY = 9
+TOP_LEVEL_ERROR = 2
 BATCHED = 8
+SHAPE = Shape(partitions="partition_indexes", index=None)
 
 
-async def _group_topics(request, group_id: str, topics, require_stable: bool, names: tuple[str, str],
-                        member: tuple[str | None, int] = (None, -1)) -> tuple:
-    asked = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
-    found = await request.broker.coordinate(request.broker.groups.fetch_offsets, group_id, asked, require_stable,
-                                            *member)
+async def _group_topics(request: Request, group_id: str, topics, require_stable: bool, names: tuple[str, str],
+                        member: tuple[str | None, int] = (None, -1)) -> Outcome:
+    """The group's rows of topics → partitions (or the error of the whole group)."""
+    refused = denied(request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
+    if refused:
+        return Outcome(error=refused)
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    asked = None
+    if topics is not None:
+        checked = each_partition(request, topics, lambda *_: None, operation=AclOperation.DESCRIBE, shape=SHAPE)
+        codes = {(r.topic, r.index): r.error for _, rows in checked for r in rows if not r.outcome.ok}
+        asked = [(r.topic, r.index) for _, rows in checked for r in rows if r.outcome.ok]
+    outcome = await coordinate(request, request.broker.groups.fetch_offsets, group_id, asked, require_stable,
+                               *member)
+    if not outcome.ok:
+        return outcome
+    found = outcome.value
     version = request.version
     topic_cls = response_type(KEY, version, names[0])
     partition_cls = response_type(KEY, version, names[1])
+    if asked is None:
+        grouped = by_topic(found)
+        visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, grouped)
+        listed = [(topic, partitions) for topic, partitions in grouped.items() if topic in visible]
+    else:
+        listed = [(t.name, list(t.partition_indexes)) for t in topics]
     rows = []
-    for topic, partitions in (by_topic(found).items() if asked is None else _in_order(topics)):
+    for topic, partitions in listed:
         entries = []
         for p in partitions:
             value = found.get((topic, p))
             committed = value if isinstance(value, CommittedOffset) else None
-            error = ErrorCode(value.code) if isinstance(value, LogStoreError) else ErrorCode.none
+            error = codes.get((topic, p)) or error_code(request, value if isinstance(value, LogStoreError) else None)
             entries.append(build(partition_cls, partition_index=p,
                                  committed_offset=committed.offset if committed else -1,
                                  committed_leader_epoch=committed.leader_epoch if committed else -1,
                                  metadata=committed.metadata if committed else "", error_code=error))
         rows.append(build(topic_cls, name=topic, partitions=tuple(entries)))
-    return tuple(rows)
+    return Outcome(tuple(rows))
 
 
-def _in_order(topics):
-    return [(t.name, list(t.partition_indexes)) for t in topics]
+def _failed_v1(version: int, topics, error: ErrorCode) -> tuple:
+    """v1 has no group-level error: every partition asked carries it."""
+    partition_cls = response_type(KEY, version, "OffsetFetchResponsePartition")
+    return tuple(build(response_type(KEY, version, "OffsetFetchResponseTopic"), name=t.name, partitions=tuple(
+        build(partition_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
+              error_code=error) for p in t.partition_indexes)) for t in topics or ())
 
 
 @api(KEY, 1, 9)
-async def handle(request, body):
+async def handle(request: Request, body):
     """The committed offsets of the partitions asked (or all of them)."""
     version = request.version
     stable = getattr(body, "require_stable", False)
     if version < BATCHED:
-        topics = await _group_topics(request, body.group_id, body.topics, stable,
-                                     ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
-        return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=topics, error_code=ErrorCode.none)
+        outcome = await _group_topics(request, body.group_id, body.topics, stable,
+                                      ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
+        if outcome.ok:
+            topics = outcome.value
+        else:
+            topics = _failed_v1(version, body.topics, outcome.error) if version < TOP_LEVEL_ERROR else ()
+        return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=topics, error_code=outcome.error)
     group_cls = response_type(KEY, version, "OffsetFetchResponseGroup")
     groups = []
     for group in body.groups:
         member = (getattr(group, "member_id", None), getattr(group, "member_epoch", -1))
-        try:
-            topics = await _group_topics(request, group.group_id, group.topics, stable,
-                                         ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"), member)
-        except LogStoreError as exc:
-            groups.append(build(group_cls, group_id=group.group_id, topics=(), error_code=ErrorCode(exc.code)))
-            continue
-        groups.append(build(group_cls, group_id=group.group_id, topics=topics, error_code=ErrorCode.none))
+        outcome = await _group_topics(request, group.group_id, group.topics, stable,
+                                      ("OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"), member)
+        groups.append(build(group_cls, group_id=group.group_id, topics=outcome.value or (), error_code=outcome.error))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, groups=tuple(groups))

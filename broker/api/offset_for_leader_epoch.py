@@ -1,30 +1,31 @@
 """OffsetForLeaderEpoch (23), v2-4: the end offset of the largest leader epoch at or below the
-one asked, from the partition's leader-epoch cache (KIP-320 log truncation detection)."""
+one asked, from the partition's leader-epoch cache (KIP-320 log truncation detection). A topic
+the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis; CLUSTER_ACTION,
+which Kafka's followers hold, is for replicas this broker does not have)."""
 from __future__ import annotations
 
-from logstore.broker.api import api, build, response_type
-from logstore.broker.protocol import ZERO_MS, ErrorCode
-from logstore.errors import LogStoreError
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import AclOperation, Shape, each_partition, topic_rows
+from logstore.broker.protocol import ZERO_MS
 
 KEY = 23
+SHAPE = Shape(topic="topic", index="partition")
 
 
 @api(KEY, 2, 4)
-async def handle(request, body):
+async def handle(request: Request, body):
     """Look each (partition, epoch) up in the leader-epoch cache."""
     version = request.version
-    topics = []
-    for topic in body.topics:
-        rows = []
-        for asked in topic.partitions:
-            row = dict(partition=asked.partition, error_code=ErrorCode.none, leader_epoch=-1, end_offset=-1)
-            try:
-                log_ = request.broker.store.log(topic.topic, asked.partition)
-                epoch, end = log_.epoch_cache.end_offset_for(asked.leader_epoch, log_.log_end_offset)
-                row.update(leader_epoch=epoch, end_offset=end)
-            except LogStoreError as exc:
-                row.update(error_code=ErrorCode(exc.code))
-            rows.append(build(response_type(KEY, version, "EpochEndOffset"), **row))
-        topics.append(build(response_type(KEY, version, "OffsetForLeaderTopicResult"), topic=topic.topic,
-                            partitions=tuple(rows)))
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=tuple(topics))
+
+    def end_offset(topic, index, asked) -> tuple[int, int]:
+        log_ = request.broker.store.log(topic, index)
+        return log_.epoch_cache.end_offset_for(asked.leader_epoch, log_.log_end_offset)
+
+    def fields(result) -> dict:
+        epoch, end = result.value if result.outcome.ok else (-1, -1)
+        return dict(partition=result.index, leader_epoch=epoch, end_offset=end)
+
+    results = each_partition(request, body.topics, end_offset, operation=AclOperation.DESCRIBE, shape=SHAPE)
+    topics = topic_rows(results, response_type(KEY, version, "OffsetForLeaderTopicResult"),
+                        response_type(KEY, version, "EpochEndOffset"), fields, topic_field="topic")
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=topics)

@@ -17,96 +17,120 @@ partition is in its producer's open transaction, checked with the
 transaction coordinator and held against its transitions until written
 (KIP-890's server-side defence): a late write is INVALID_TXN_STATE, one from
 a fenced epoch INVALID_PRODUCER_EPOCH.
+
+Authorization (Kafka's KafkaApis): a transactional request needs WRITE on
+its TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
+partition), and each topic WRITE on the TOPIC (else
+TOPIC_AUTHORIZATION_FAILED on its partitions).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
 from datetime import UTC, datetime
 
-from logstore.broker.api import api, build, response_type
+from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api.kit import (
+    AclOperation,
+    Outcome,
+    ResourceType,
+    Shape,
+    denied,
+    each_partition,
+    error_code,
+    refuse,
+    topic_rows,
+)
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.protocol import ZERO_MS, ErrorCode, decode_native_produce
+
 from logstore.errors import LogStoreError
 
 log = logging.getLogger(__name__)
 
 KEY = 0
-MAGIC_OFFSET = 16
-# The v2 batch header up to the producer epoch: length, (epoch, magic, crc), attributes, (...), producer id, epoch.
-BATCH_HEADER = struct.Struct(">8xi9xh20xqh")
-LENGTH_END = 12
-TRANSACTIONAL = 0x10
 
 
-def _partition(version, index, error, base_offset=-1, append_time=-1, log_start=-1, message=None):
-    return build(response_type(KEY, version, "PartitionProduceResponse"), index=index, error_code=error,
-                 base_offset=base_offset,
-                 log_append_time=None if append_time < 0 else datetime.fromtimestamp(append_time / 1000, UTC),
-                 log_start_offset=log_start, record_errors=(), error_message=message)
+SHAPE = Shape(partitions="partition_data", index="index")
+FAILED = dict(base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=())
 
 
-def _append(broker, topic, partition, records, transactional_id):
-    """(error, result, log) of one partition's append."""
+def _fields(result, fsync_errors: dict) -> dict:
+    """A partition's row: its offsets once appended, or the error (the fsync's, if that failed)."""
+    if id(result) in fsync_errors:
+        return dict(FAILED, index=result.index, error_code=fsync_errors[id(result)], error_message=None)
+    if not result.outcome.ok:
+        return dict(FAILED, index=result.index)
+    info, _ = result.value
+    return dict(index=result.index, base_offset=info.first_offset, record_errors=(),
+                log_append_time=None if info.log_append_time < 0
+                else datetime.fromtimestamp(info.log_append_time / 1000, UTC),
+                log_start_offset=info.log_start_offset)
+
+
+def _append(request: Request, topic, partition, records, transactional_id):
+    """(error, append info or the error raised, log) of one partition's append."""
+    broker = request.broker
     try:
         if topic in INTERNAL_TOPICS:
             return ErrorCode.invalid_topic_exception, None, None
         log_ = broker.store.log(topic, partition)
-        if records is None or len(records) <= MAGIC_OFFSET:
+        batch = None if records is None else log_.format.peek_produced_batch(records)
+        if batch is None:
             return ErrorCode.invalid_record, None, None
-        if records[MAGIC_OFFSET] < 2:
+        if batch.magic < 2:
             return ErrorCode.unsupported_for_message_format, None, None
-        if len(records) >= BATCH_HEADER.size:
-            batch_length, attributes, producer_id, epoch = BATCH_HEADER.unpack_from(records)
-            # Kafka's rule for Produce v3+; a length that runs past the end is the validator's to report.
-            if batch_length + LENGTH_END < len(records):
-                return ErrorCode.invalid_record, None, None
-            if attributes & TRANSACTIONAL:
-                with broker.transactions.verified_write(transactional_id, producer_id, epoch, topic, partition):
-                    return ErrorCode.none, log_.append(records), log_
+        # Kafka's rule for Produce v3+ (one batch); a size that runs past the end is the validator's to report.
+        if batch.size < len(records):
+            return ErrorCode.invalid_record, None, None
+        if batch.is_transactional:
+            with broker.transactions.verified_write(transactional_id, batch.producer_id, batch.producer_epoch,
+                                                    topic, partition):
+                return ErrorCode.none, log_.append(records), log_
         return ErrorCode.none, log_.append(records), log_
     except LogStoreError as exc:
-        return ErrorCode(exc.code), exc, None
+        return error_code(request, exc), exc, None
 
 
-@api(KEY, 0, 10, accept_from=3)
-async def handle(request, body):
+def _answer(request: Request, transactional_id):
+    """The per-partition answer: append, or refuse with the code the checks chose."""
+    def append(topic, index, data) -> Outcome:
+        error, result, log_ = _append(request, topic, index, data.records, transactional_id)
+        if error != ErrorCode.none:
+            return refuse(error, str(result) if isinstance(result, LogStoreError) else None)
+        return Outcome((result, log_))
+    return append
+
+
+@api(KEY, 0, 10, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0)
+async def handle(request: Request, body):
     """Append every partition's records; reply per partition, after the fsync for acks=-1."""
     broker = request.broker
     version = request.version
     acks = body.acks
     timeout = body.timeout_ms / 1000
-    topics, waits = [], []
-    for topic in body.topic_data:
-        rows = []
-        for data in topic.partition_data:
-            if acks not in (-1, 0, 1):
-                rows.append(_partition(version, data.index, ErrorCode.invalid_required_acks))
-                continue
-            error, result, log_ = _append(broker, topic.name, data.index, data.records, body.transactional_id)
-            if error != ErrorCode.none:
-                message = str(result) if isinstance(result, LogStoreError) else None
-                rows.append(_partition(version, data.index, error, message=message))
-                continue
-            rows.append(_partition(version, data.index, ErrorCode.none, result.first_offset, result.log_append_time,
-                                   result.log_start_offset))
-            if acks == -1 and broker.config["logstore.acks.all.fsync"]:
-                waits.append((len(topics), len(rows) - 1, log_, result.last_offset + 1))
-        topics.append((topic.name, rows))
+    error = ErrorCode.none
+    if body.transactional_id is not None:
+        error = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
+    if error == ErrorCode.none and acks not in (-1, 0, 1):
+        error = ErrorCode.invalid_required_acks
+    results = each_partition(request, body.topic_data, _answer(request, body.transactional_id),
+                             operation=AclOperation.WRITE, shape=SHAPE, error=error)
     broker.notify_appended()
-    if waits:
-        futures = [asyncio.wrap_future(log_.durable(end)) for _, _, log_, end in waits]
-        done, pending = await asyncio.wait(futures, timeout=max(timeout, 0.001))
-        for (t, r, _, _), fut in zip(waits, futures):
-            failed = fut in pending or fut.exception() is not None
-            if failed:
-                error = ErrorCode.request_timed_out if fut in pending else ErrorCode.kafka_storage_error
-                if fut in done:
-                    log.error("fsync for %s failed: %s", topics[t][0], fut.exception())
-                topics[t][1][r] = _partition(version, topics[t][1][r].index, error)
+    fsync_errors: dict[int, ErrorCode] = {}
+    waits = [r for _, rows in results for r in rows if r.outcome.ok]
+    if waits and acks == -1 and broker.config["logstore.acks.all.fsync"]:
+        futures = [asyncio.wrap_future(log_.durable(info.last_offset + 1)) for info, log_ in (r.value for r in waits)]
+        _, pending = await asyncio.wait(futures, timeout=max(timeout, 0.001))
+        for result, fut in zip(waits, futures):
+            if fut in pending:
+                fsync_errors[id(result)] = ErrorCode.request_timed_out
+            elif fut.exception() is not None:
+                log.error("fsync for %s failed: %s", result.topic, fut.exception())
+                fsync_errors[id(result)] = ErrorCode.kafka_storage_error
     if acks == 0:
         return None
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, responses=tuple(
-        build(response_type(KEY, version, "TopicProduceResponse"), name=name, partition_responses=tuple(rows))
-        for name, rows in topics))
+    topics = topic_rows(results, response_type(KEY, version, "TopicProduceResponse"),
+                        response_type(KEY, version, "PartitionProduceResponse"),
+                        lambda result: _fields(result, fsync_errors), partitions_field="partition_responses")
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, responses=topics)

@@ -35,13 +35,22 @@ from __future__ import annotations
 import enum
 import re
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from logstore.assignors import SERVER_ASSIGNORS, MemberSubscription
-from logstore.errors import (FencedInstanceIdError, FencedMemberEpochError, GroupMaxSizeReachedError,
-                             InvalidConfigError, InvalidRegularExpressionError, InvalidRequestError,
-                             UnknownMemberIdError, UnreleasedInstanceIdError, UnsupportedAssignorError)
+from logstore.errors import (
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupMaxSizeReachedError,
+    InvalidConfigError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+)
 
 TopicPartition = tuple[str, int]
 LEAVE_EPOCH = -1
@@ -81,7 +90,7 @@ class ConsumerGroupConfig:
         return self.migration_policy in ("downgrade", "bidirectional")
 
     @classmethod
-    def from_settings(cls, settings: Mapping[str, Any]) -> "ConsumerGroupConfig":
+    def from_settings(cls, settings: Mapping[str, Any]) -> ConsumerGroupConfig:
         """From broker settings, checked as Kafka's GroupCoordinatorConfig checks them."""
         def get(name, default):
             return settings.get(name, default)
@@ -216,7 +225,7 @@ class ConsumerGroup:
             return "Reconciling"
         return "Stable"
 
-    def copy(self) -> "ConsumerGroup":
+    def copy(self) -> ConsumerGroup:
         """A copy to change, so that the group itself changes only once the change is persisted."""
         return ConsumerGroup(self.group_id, self.group_epoch, self.assignment_epoch,
                              {m: replace(member) for m, member in self.members.items()}, dict(self.target),
@@ -435,7 +444,7 @@ class ConsumerGroup:
         member.assigned -= revoke
         if member.member_epoch != self.assignment_epoch:
             member.previous_member_epoch, member.member_epoch = member.member_epoch, self.assignment_epoch
-        held = set()
+        held: set[tuple[str, int]] = set()
         for other in self.members.values():
             if other is not member:
                 held |= other.holds()

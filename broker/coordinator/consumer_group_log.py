@@ -34,11 +34,12 @@ them, in log order, back into groups.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
 
 from logstore.broker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 from logstore.broker.coordinator.records import Reader, Writer
+
 from logstore.errors import CorruptRecordError
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
@@ -118,7 +119,7 @@ def _read_partitions(reader: Reader, topic_names: TopicNames) -> frozenset[Topic
         ps = reader.array(True, lambda: reader.int(4))
         reader.tagged_fields()
         return topic_id, ps
-    found = set()
+    found: set[tuple[str, int]] = set()
     for topic_id, ps in reader.array(True, entry):
         name = topic_names(topic_id)
         if name is not None:   # a topic deleted since: its partitions are gone
@@ -203,7 +204,10 @@ def records_between(before: ConsumerGroup | None, after: ConsumerGroup | None,
                     topic_ids: TopicIds) -> list[tuple[bytes, bytes | None]]:
     """The (key, value) records that turn `before` into `after` (None: no group), in Kafka's order:
     members' metadata, subscription metadata, group epoch, target assignment, current assignments."""
-    group_id = (after or before).group_id
+    either = after or before
+    if either is None:
+        raise ValueError("records_between needs a group before or after the change")
+    group_id = either.group_id
     old = before or ConsumerGroup(group_id, group_epoch=-1, assignment_epoch=-1)
     records: list[tuple[bytes, bytes | None]] = []
 

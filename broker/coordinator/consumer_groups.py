@@ -16,26 +16,47 @@ GROUP_ID_NOT_FOUND ("not a consumer group") and keeps classic calls out.
 Each heartbeat runs on a copy of the group; the records between the copy
 and the group (consumer_group_log.py) are appended, and only then does the
 copy replace the group (prepare, then commit). Sessions and revocation
-timeouts are timers on the coordinator's heap: a member that misses one is
-removed, which bumps the group epoch; the others learn of it at their next
-heartbeat.
+timeouts are timers on the coordinator's heap (consumer_timers.py): a member
+that misses one is removed, which bumps the group epoch; the others learn of
+it at their next heartbeat. Conversions between the protocols are
+`GroupMigration`'s, which this manager calls when a heartbeat or an expiry
+asks for one.
 """
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
-from logstore.broker.coordinator.consumer_group import (LEAVE_EPOCH, STATIC_LEAVE_EPOCH, ConsumerGroup,
-                                                        ConsumerGroupConfig, HeartbeatAnswer, check_join_fields)
+from logstore.broker.coordinator.consumer_group import (
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    HeartbeatAnswer,
+    check_join_fields,
+)
 from logstore.broker.coordinator.consumer_group_log import records_between
+from logstore.broker.coordinator.consumer_timers import ConsumerTimers
+from logstore.broker.coordinator.group_config import GroupConfig
+from logstore.broker.coordinator.group_context import Effects, GroupContext
 from logstore.broker.coordinator.group_log import encode_group_key
-from logstore.broker.coordinator.group_migration import consumer_group_from_classic
-from logstore.broker.coordinator.group_offsets import Effects
+from logstore.broker.coordinator.group_migration import GroupMigration, consumer_group_from_classic
 from logstore.broker.coordinator.group_state import Group, GroupState
-from logstore.errors import (CoordinatorNotAvailableError, CorruptRecordError, GroupIdNotFoundError,
-                             IllegalGenerationError, InvalidRequestError, LogStoreError, StaleMemberEpochError,
-                             UnknownMemberIdError, UnsupportedAssignorError, UnsupportedVersionError)
+from logstore.broker.coordinator.group_store import GroupStore
+
+from logstore.errors import (
+    CoordinatorNotAvailableError,
+    CorruptRecordError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InvalidRequestError,
+    LogStoreError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnsupportedAssignorError,
+    UnsupportedVersionError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -84,27 +105,22 @@ class ConsumerGroupDescription:
     error: LogStoreError | None = None
 
 
-class ConsumerGroups:
-    """The group coordinator's KIP-848 calls; `GroupCoordinator` supplies `store`, `config` (its
-    `consumer` settings), `_clock`, `_lock`, `_groups`, `_append`, `_finish` and `_schedule`, and
-    (`GroupMigration`) the online upgrade and downgrade."""
+class ConsumerGroupManager:
+    """The group coordinator's KIP-848 calls, and what offsets and deletion need of consumer groups.
+
+    Public calls take the context's lock themselves; the others run under it. Task-safe; times are ms.
+    """
+
+    def __init__(self, context: GroupContext, groups: GroupStore, config: GroupConfig,
+                 partition_of: Callable[[str], int], timers: ConsumerTimers, migration: GroupMigration) -> None:
+        self._context = context
+        self._groups = groups
+        self._config = config
+        self._partition_of = partition_of
+        self._timers = timers
+        self._migration = migration
 
     # -- topics ------------------------------------------------------------------------------
-
-    def _topic_id(self, topic: str) -> bytes | None:
-        try:
-            return self.store.topic_id(topic)
-        except LogStoreError:
-            return None
-
-    def _topic_names(self) -> dict[bytes, str]:
-        """Topic id -> name of every topic."""
-        names = {}
-        for topic in self.store.topics():
-            topic_id = self._topic_id(topic)
-            if topic_id is not None:
-                names[topic_id] = topic
-        return names
 
     def _by_topic_id(self, partitions: Iterable[TopicPartition]) -> tuple[tuple[bytes, tuple[int, ...]], ...]:
         grouped: dict[str, list[int]] = {}
@@ -112,35 +128,35 @@ class ConsumerGroups:
             grouped.setdefault(topic, []).append(p)
         rows = []
         for topic, ps in grouped.items():
-            topic_id = self._topic_id(topic)
+            topic_id = self._context.topic_id(topic)
             if topic_id is not None:
                 rows.append((topic_id, tuple(ps)))
         return tuple(rows)
 
     # -- ConsumerGroupHeartbeat ------------------------------------------------------------------
 
-    def consumer_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *,
-                                 instance_id: str | None = None, rack_id: str | None = None,
-                                 rebalance_timeout_ms: int = -1, subscribed_topic_names=None,
-                                 subscribed_topic_regex: str | None = None, server_assignor: str | None = None,
-                                 owned: Iterable[tuple[bytes, Iterable[int]]] | None = None, client_id: str = "",
-                                 client_host: str = "", member_id_required: bool = True) -> ConsumerHeartbeatResult:
+    def heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, instance_id: str | None = None,
+                  rack_id: str | None = None, rebalance_timeout_ms: int = -1,
+                  subscribed_topic_names: Iterable[str] | None = None, subscribed_topic_regex: str | None = None,
+                  server_assignor: str | None = None, owned: Iterable[tuple[bytes, Iterable[int]]] | None = None,
+                  client_id: str = "", client_host: str = "", member_id_required: bool = True
+                  ) -> ConsumerHeartbeatResult:
         """ConsumerGroupHeartbeat (`owned` by topic id; `member_id_required` from v1, where the client makes
         its id); Kafka's errors are raised."""
         owned = None if owned is None else [(topic_id, tuple(ps)) for topic_id, ps in owned]
         _check_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
                          subscribed_topic_names, subscribed_topic_regex, owned, member_id_required)
-        cfg: ConsumerGroupConfig = self.config.consumer
+        cfg: ConsumerGroupConfig = self._config.consumer
         if server_assignor is not None and server_assignor not in cfg.assignors:
             # Checked before the group, as Kafka's service does.
             raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "
                                            f"assignors: {', '.join(cfg.assignors)}.")
-        partition = self.partition_of(group_id)
-        counts = self.store.topics()
-        now = self._clock()
+        partition = self._partition_of(group_id)
+        counts = self._context.store.topics()
+        now = self._context.clock()
         fx = Effects()
-        with self._lock:
-            names = self._topic_names() if owned is not None else {}
+        with self._context.lock:
+            names = self._context.topic_names() if owned is not None else {}
             owned_tps = None if owned is None else frozenset(
                 (names[topic_id], p) for topic_id, ps in owned if topic_id in names for p in ps)
             group = self._groups.get(group_id)
@@ -153,7 +169,7 @@ class ConsumerGroups:
                 if member_epoch != 0:
                     raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
                 if not (group.is_in(GroupState.EMPTY) and group.is_empty):
-                    if not self._may_upgrade(group):
+                    if not self._migration.may_upgrade(group):
                         raise GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
                     try:
                         upgraded = consumer_group_from_classic(group, now)
@@ -165,7 +181,7 @@ class ConsumerGroups:
             else:
                 before = group.consumer
             downgrade = (member_epoch == LEAVE_EPOCH and before is not None
-                         and self._may_downgrade(before, member_id))
+                         and self._migration.may_downgrade(before, member_id))
             working = before.copy() if before is not None else ConsumerGroup(group_id)
             answer: HeartbeatAnswer = working.heartbeat(
                 cfg, counts, now, member_id=member_id, member_epoch=member_epoch, instance_id=instance_id,
@@ -175,56 +191,45 @@ class ConsumerGroups:
             try:
                 if downgrade:
                     # The last member speaking the consumer protocol left: the classic members carry on alone.
-                    self._downgrade(group, member_id, now, fx)
+                    self._migration.downgrade(group, member_id, now, fx)
                     records = []
                 elif upgraded is not None:
-                    records = self._upgrade_records(group, upgraded) + records_between(upgraded, working,
-                                                                                       self._topic_id)
+                    records = self._migration.upgrade_records(group, upgraded) + records_between(
+                        upgraded, working, self._context.topic_id)
                 else:
-                    records = records_between(before, working, self._topic_id)
+                    records = records_between(before, working, self._context.topic_id)
                     if converting is not None:
                         # Kafka's offline upgrade: the empty classic group goes (its offsets stay).
                         records.insert(0, (encode_group_key(group_id), None))
                 if records:
-                    self._append(fx, partition, [k for k, _ in records], [v for _, v in records])
+                    self._context.append(fx, partition, [k for k, _ in records], [v for _, v in records])
             except LogStoreError as exc:
                 raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
             if group is None:
-                group = self._groups[group_id] = Group(group_id, partition, state_timestamp=now)
+                group = self._groups.put(Group(group_id, partition, state_timestamp=now))
             if not downgrade:
                 group.consumer = working
                 if upgraded is not None:
-                    self._upgraded(group, fx)
+                    self._migration.upgraded(group, fx)
                 elif converting is not None:
                     log.info("group %r: empty classic group converted to a consumer group", group_id)
                 if answer.member_id in working.members:
-                    self._watch_consumer_member(group, answer.member_id)
-        self._finish(fx)
+                    self._timers.watch(group, answer.member_id)
+        self._context.finish(fx)
         return ConsumerHeartbeatResult(answer.member_id, answer.member_epoch, answer.heartbeat_interval_ms,
                                        None if answer.assignment is None else self._by_topic_id(answer.assignment))
 
     # -- timers ------------------------------------------------------------------------------
 
-    def _watch_consumer_member(self, group: Group, member_id: str) -> None:
-        """Queue the member's next deadline unless an earlier one is queued (a later one is found then)."""
-        deadline = min(group.consumer.members[member_id].deadlines())
-        key = (group.group_id, member_id)
-        queued = self._consumer_timers.get(key)
-        if queued is None or deadline < queued:
-            self._consumer_timers[key] = deadline
-            self._schedule(deadline, group.group_id, member_id)
-
-    def _on_consumer_deadline(self, group: Group, member_id: str, deadline: int, now: int, fx: Effects) -> None:
+    def on_member_deadline(self, group: Group, member_id: str, deadline: int, now: int, fx: Effects) -> None:
         """A consumer member's timer: remove it if its session or revocation time ran out, else look later."""
-        key = (group.group_id, member_id)
-        if self._consumer_timers.get(key) != deadline:
+        if not self._timers.claim(group.group_id, member_id, deadline):
             return  # superseded by an earlier timer
-        del self._consumer_timers[key]
         current = group.consumer
         if member_id not in current.members:
             return
         if member_id not in current.expired(now):
-            self._watch_consumer_member(group, member_id)
+            self._timers.watch(group, member_id)
             return
         member = current.members[member_id]
         if member.revocation_deadline is not None and member.revocation_deadline <= now:
@@ -236,42 +241,37 @@ class ConsumerGroups:
         working = current.copy()
         working.remove(member_id)
         try:
-            if self._may_downgrade(current, member_id):
+            if self._migration.may_downgrade(current, member_id):
                 log.info("group %r: member %s removed: %s", group.group_id, member_id, why)
-                self._downgrade(group, member_id, now, fx)
+                self._migration.downgrade(group, member_id, now, fx)
                 return
-            records = records_between(current, working, self._topic_id)
-            self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+            records = records_between(current, working, self._context.topic_id)
+            self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
         except LogStoreError as exc:
             log.warning("group %r: member %s not removed yet (%s): %s", group.group_id, member_id, why, exc)
-            self._consumer_timers[key] = now + RETRY_EXPIRY_MS
-            self._schedule(now + RETRY_EXPIRY_MS, group.group_id, member_id)
+            self._timers.retry(group.group_id, member_id, now + RETRY_EXPIRY_MS)
             return
         group.consumer = working
         log.info("group %r: member %s removed: %s (group epoch %d)", group.group_id, member_id, why,
                  working.group_epoch)
 
-    def _start_consumer_sessions(self, group: Group, now: int) -> None:
-        """After loading: every member's session starts now, and its members heartbeat on."""
-        cfg: ConsumerGroupConfig = self.config.consumer
-        for member in group.consumer.members.values():
-            member.session_deadline = now + (cfg.session_timeout_ms if member.classic is None
-                                             else member.classic.session_timeout_ms)
-            member.revocation_deadline = member.classic_deadline = None
-            self._watch_consumer_member(group, member.member_id)
-
     # -- what other calls need of consumer groups ----------------------------------------------
 
-    def _remove_consumer_records(self, fx: Effects, group: Group) -> None:
+    def remove_records(self, fx: Effects, group: Group) -> None:
         """Tombstones for the consumer group's records (under the lock); its offsets are the caller's."""
-        records = records_between(group.consumer, None, self._topic_id)
-        self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
-        for member_id in group.consumer.members:
-            self._consumer_timers.pop((group.group_id, member_id), None)
+        records = records_between(group.consumer, None, self._context.topic_id)
+        self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+        self._timers.forget(group.group_id, group.consumer.members)
+
+    def to_classic(self, fx: Effects, group: Group) -> None:
+        """Kafka's offline downgrade, at a JoinGroup: the empty consumer group goes (its offsets stay)."""
+        self.remove_records(fx, group)
+        group.consumer = None
+        log.info("group %r: empty consumer group converted to a classic group", group.group_id)
 
     @staticmethod
-    def _check_consumer_commit(group: Group, member_id: str, instance_id: str | None, member_epoch: int,
-                               transactional: bool, api_version: int | None) -> None:
+    def check_commit(group: Group, member_id: str, instance_id: str | None, member_epoch: int,
+                     transactional: bool, api_version: int | None) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit."""
         consumer = group.consumer
         if member_epoch < 0 and not consumer.members:
@@ -293,7 +293,7 @@ class ConsumerGroups:
         _check_member_epoch(member_epoch, member.member_epoch)
 
     @staticmethod
-    def _check_consumer_fetch(group: Group, member_id: str | None, member_epoch: int) -> None:
+    def check_fetch(group: Group, member_id: str | None, member_epoch: int) -> None:
         """Kafka's ConsumerGroup.validateOffsetFetch (an admin fetch names no member)."""
         if member_id is None and member_epoch < 0:
             return
@@ -304,10 +304,10 @@ class ConsumerGroups:
 
     # -- ConsumerGroupDescribe ---------------------------------------------------------------
 
-    def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
+    def describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
         """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown or classic one."""
         found = []
-        with self._lock:
+        with self._context.lock:
             names = None
             for group_id in group_ids:
                 group = self._groups.get(group_id)
@@ -320,8 +320,8 @@ class ConsumerGroups:
                         group_id, error=GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")))
                     continue
                 if names is None:
-                    names = {t: self._topic_id(t) for t in self.store.topics()}
-                found.append(_described(group.consumer, self.config.consumer, names))
+                    names = {t: self._context.topic_id(t) for t in self._context.store.topics()}
+                found.append(_described(group.consumer, self._config.consumer, names))
         return found
 
 

@@ -29,6 +29,7 @@ import struct
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
+
 from logstore.errors import CorruptRecordError
 
 OFFSET_KEY_VERSION = 1
@@ -105,6 +106,7 @@ def decode_key(data) -> OffsetKey | GroupKey | None:
     if version > GROUP_KEY_VERSION:
         return None
     group = reader.string(False)
+    key: GroupKey | OffsetKey
     if version == GROUP_KEY_VERSION:
         key = GroupKey(group)
     else:

@@ -33,23 +33,44 @@ bidirectional; disabled refuses both, and only empty groups convert):
 
 The conversions here are pure; `GroupMigration` is the part of the
 coordinator that calls them under its lock, appends, then swaps the state.
+It starts a classic rebalance through `ClassicRebalancer` and keeps the
+members' timers through `ConsumerTimers`; the calls reach it from the
+coordinator's routing and from `ConsumerGroupManager`.
 """
 from __future__ import annotations
 
 import logging
 import uuid
-from typing import Iterable
+from collections.abc import Iterable
 
+from logstore.broker.coordinator.classic_rebalance import ClassicRebalancer
 from logstore.broker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 from logstore.broker.coordinator.consumer_group_log import records_between
-from logstore.broker.coordinator.consumer_protocol import (Assignment, decode_assignment, decode_subscription,
-                                                           encode_assignment)
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
+from logstore.broker.coordinator.consumer_timers import ConsumerTimers
+from logstore.broker.coordinator.group_config import GroupConfig
+from logstore.broker.coordinator.group_context import Effects, GroupContext
 from logstore.broker.coordinator.group_log import encode_group_key, encode_group_value
-from logstore.broker.coordinator.group_offsets import Effects
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, Group, GroupState, Member
-from logstore.errors import (CoordinatorNotAvailableError, CorruptRecordError, FencedInstanceIdError,
-                             GroupMaxSizeReachedError, IllegalGenerationError, InconsistentGroupProtocolError,
-                             LogStoreError, MemberIdRequiredError, RebalanceInProgressError, UnknownMemberIdError)
+from logstore.broker.coordinator.group_store import GroupStore
+
+from logstore.errors import (
+    CoordinatorNotAvailableError,
+    CorruptRecordError,
+    FencedInstanceIdError,
+    GroupMaxSizeReachedError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    LogStoreError,
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,32 +127,39 @@ def assignment_bytes(partitions: Iterable[TopicPartition], metadata: bytes) -> b
 # -- the coordinator's part -------------------------------------------------------------------------
 
 class GroupMigration:
-    """Conversions and the classic calls on consumer groups; `GroupCoordinator` supplies `store`, `config`,
-    `_groups`, `_append`, `_heartbeat`, `_prepare_rebalance`, `_watch_consumer_member`, `_consumer_timers`
-    and `_topic_id`. Every method runs under the coordinator's lock."""
+    """Conversions between the protocols and the classic calls on consumer groups. Every method runs under
+    the context's lock, which the caller holds; times are ms."""
+
+    def __init__(self, context: GroupContext, groups: GroupStore, config: GroupConfig,
+                 rebalancer: ClassicRebalancer, timers: ConsumerTimers) -> None:
+        self._context = context
+        self._groups = groups
+        self._config = config
+        self._rebalancer = rebalancer
+        self._timers = timers
 
     # -- upgrade -------------------------------------------------------------------------------
 
-    def _may_upgrade(self, group: Group) -> bool:
+    def may_upgrade(self, group: Group) -> bool:
         """Kafka's validateOnlineUpgrade, and the group must be Stable (its assignment known)."""
         why = None
-        if not self.config.consumer.upgrade_enabled:
-            why = f"group.consumer.migration.policy is {self.config.consumer.migration_policy}"
+        if not self._config.consumer.upgrade_enabled:
+            why = f"group.consumer.migration.policy is {self._config.consumer.migration_policy}"
         elif group.protocol_type != CONSUMER_PROTOCOL:
             why = f"its protocol type is {group.protocol_type!r}, not {CONSUMER_PROTOCOL!r}"
         elif not group.is_in(GroupState.STABLE):
             why = f"it is {group.state.value}, not Stable"
-        elif len(group.members) > self.config.consumer.max_size:
+        elif len(group.members) > self._config.consumer.max_size:
             why = "it has more members than group.consumer.max.size"
         if why is not None:
             log.info("group %r: not upgraded to a consumer group: %s", group.group_id, why)
         return why is None
 
-    def _upgrade_records(self, group: Group, upgraded: ConsumerGroup) -> Records:
+    def upgrade_records(self, group: Group, upgraded: ConsumerGroup) -> Records:
         """The records of an upgrade: the classic record's tombstone, then the consumer group's records."""
-        return [(encode_group_key(group.group_id), None)] + records_between(None, upgraded, self._topic_id)
+        return [(encode_group_key(group.group_id), None)] + records_between(None, upgraded, self._context.topic_id)
 
-    def _upgraded(self, group: Group, fx: Effects) -> None:
+    def upgraded(self, group: Group, fx: Effects) -> None:
         """After the upgrade's records: answer what classic calls wait, forget the classic state."""
         again = RebalanceInProgressError(f"group {group.group_id!r} became a consumer group: rejoin")
         for member in group.members.values():
@@ -144,55 +172,54 @@ class GroupMigration:
         group.join_deadline = group.sync_deadline = group.initial_delay_left = None
         group.state, group.generation_id, group.new_member_added = GroupState.EMPTY, 0, False
         for member_id in group.consumer.members:
-            self._watch_consumer_member(group, member_id)
+            self._timers.watch(group, member_id)
         log.info("group %r: classic group with members upgraded to a consumer group (epoch %d)", group.group_id,
                  group.consumer.group_epoch)
 
     # -- downgrade -----------------------------------------------------------------------------
 
-    def _may_downgrade(self, consumer: ConsumerGroup, leaving: str) -> bool:
+    def may_downgrade(self, consumer: ConsumerGroup, leaving: str) -> bool:
         """Kafka's validateOnlineDowngradeWithFencedMember: `leaving` is the last consumer-protocol member."""
         if not consumer.only_classic_besides(leaving) or len(consumer.members) <= 1:
             return False
-        if not self.config.consumer.downgrade_enabled:
+        if not self._config.consumer.downgrade_enabled:
             log.info("group %r: not downgraded to a classic group: group.consumer.migration.policy is %s",
-                     consumer.group_id, self.config.consumer.migration_policy)
+                     consumer.group_id, self._config.consumer.migration_policy)
             return False
-        if len(consumer.members) - 1 > self.config.max_size:
+        if len(consumer.members) - 1 > self._config.max_size:
             log.info("group %r: not downgraded to a classic group: more members than group.max.size",
                      consumer.group_id)
             return False
         return True
 
-    def _downgrade(self, group: Group, leaving: str, now: int, fx: Effects, source: ConsumerGroup | None = None
-                   ) -> None:
+    def downgrade(self, group: Group, leaving: str, now: int, fx: Effects, source: ConsumerGroup | None = None
+                  ) -> None:
         """Write the downgrade's records, make the group classic and start a rebalance; raises LogStoreError
         (the group unchanged) when the records cannot be appended. `source`: the members to keep, when a
         join changed them (then no rebalance: Kafka's downgrade by a static member's replacement)."""
         classic = classic_group_from_consumer(source or group.consumer, leaving, group.partition, now)
-        records = records_between(group.consumer, None, self._topic_id)
+        records = records_between(group.consumer, None, self._context.topic_id)
         records.append((encode_group_key(group.group_id), encode_group_value(classic.to_value())))
-        self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
-        for member_id in group.consumer.members:
-            self._consumer_timers.pop((group.group_id, member_id), None)
+        self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+        self._timers.forget(group.group_id, group.consumer.members)
         classic.offsets, classic.pending_txn_offsets = group.offsets, group.pending_txn_offsets
-        self._groups[group.group_id] = classic
+        self._groups.put(classic)
         for member in classic.members.values():
-            self._heartbeat(classic, member, now)
+            self._rebalancer.heartbeat(classic, member, now)
         log.info("group %r: downgraded to a classic group at generation %d (%d members)", group.group_id,
                  classic.generation_id, len(classic.members))
         if source is None:
-            self._prepare_rebalance(classic, now, fx, "downgraded from a consumer group")
+            self._rebalancer.prepare(classic, now, fx, "downgraded from a consumer group")
 
     # -- classic calls on a consumer group -----------------------------------------------------------
 
-    def _classic_join_to_consumer(self, group: Group, member_id: str, instance_id: str | None, client_id: str,
-                                  client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
-                                  protocol_type: str, protocols: list[tuple[str, bytes]],
-                                  require_known_member_id: bool, now: int, fx: Effects) -> ConsumerMember:
+    def classic_join(self, group: Group, member_id: str, instance_id: str | None, client_id: str,
+                     client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int,
+                     protocol_type: str, protocols: list[tuple[str, bytes]],
+                     require_known_member_id: bool, now: int, fx: Effects) -> ConsumerMember:
         """JoinGroup to a consumer group with members (Kafka's classicGroupJoinToConsumerGroup): the member,
         whose epoch is the generation to answer (nobody leads)."""
-        cfg = self.config.consumer
+        cfg = self._config.consumer
         consumer: ConsumerGroup = group.consumer
         new_id = not member_id
         if new_id:
@@ -213,38 +240,38 @@ class GroupMigration:
         # Kafka's validateOnlineDowngradeWithReplacedMemberId: the last consumer-protocol member is a static
         # one whose instance comes back speaking the classic protocol.
         downgrade = (holder is not None and holder.member_id != member_id and consumer.only_classic_besides(
-            holder.member_id) and cfg.downgrade_enabled and len(consumer.members) <= self.config.max_size)
+            holder.member_id) and cfg.downgrade_enabled and len(consumer.members) <= self._config.max_size)
         working = consumer.copy()
         member = working.classic_join(
-            cfg, self.store.topics(), now, member_id=member_id, instance_id=instance_id,
+            cfg, self._context.store.topics(), now, member_id=member_id, instance_id=instance_id,
             rebalance_timeout_ms=rebalance_timeout_ms, classic=ClassicMetadata(session_timeout_ms, tuple(protocols)),
             subscription=subscription, client_id=client_id, client_host=client_host, new_id=new_id)
         if downgrade:
             try:
-                self._downgrade(group, "", now, fx, source=working)
+                self.downgrade(group, "", now, fx, source=working)
             except LogStoreError as exc:
                 raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
             return member
         # Its SyncGroup is due within the rebalance timeout (Kafka's sync timeout).
         member.classic_deadline = now + member.rebalance_timeout_ms
-        self._append_or_refuse(fx, group, records_between(consumer, working, self._topic_id))
+        self._append_or_refuse(fx, group, records_between(consumer, working, self._context.topic_id))
         group.consumer = working
-        self._watch_consumer_member(group, member_id)
+        self._timers.watch(group, member_id)
         log.info("group %r: classic member %s joined the consumer group at epoch %d (group epoch %d)",
                  group.group_id, member_id, member.member_epoch, working.group_epoch)
         return member
 
-    def _takes_classic_members(self, group: Group) -> bool:
+    def takes_classic_members(self, group: Group) -> bool:
         """Whether classic calls go to the members of this consumer group (with migration disabled, and no
         classic member in it, a LeaveGroup is refused for the whole group, as before migration existed)."""
-        return group.consumer is not None and (self.config.consumer.migration_policy != "disabled" or any(
+        return group.consumer is not None and (self._config.consumer.migration_policy != "disabled" or any(
             m.classic is not None for m in group.consumer.members.values()))
 
     def _append_or_refuse(self, fx: Effects, group: Group, records: Records) -> None:
         """Append a change's records; the call fails with COORDINATOR_NOT_AVAILABLE when they cannot be."""
         if records:
             try:
-                self._append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
+                self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
             except LogStoreError as exc:
                 raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
 
@@ -267,9 +294,8 @@ class GroupMigration:
             raise UnknownMemberIdError(f"Member {member.member_id} does not use the classic protocol.")
         return member
 
-    def _classic_sync_to_consumer(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
-                                  protocol_type: str | None, protocol_name: str | None, now: int
-                                  ) -> tuple[str, bytes]:
+    def classic_sync(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
+                     protocol_type: str | None, protocol_name: str | None, now: int) -> tuple[str, bytes]:
         """SyncGroup in a consumer group: the protocol name and the member's current assignment (Kafka's
         classicGroupSyncToConsumerGroup)."""
         consumer: ConsumerGroup = group.consumer
@@ -288,16 +314,16 @@ class GroupMigration:
                                            f"{member.member_id} should rejoin to catch up.")
         member.classic_deadline = None
         member.session_deadline = now + member.classic.session_timeout_ms
-        self._watch_consumer_member(group, member.member_id)
+        self._timers.watch(group, member.member_id)
         return member.classic.protocol_name, assignment_bytes(member.assigned, member.classic.protocols[0][1])
 
-    def _classic_heartbeat_to_consumer(self, group: Group, generation_id: int, member_id: str,
-                                       instance_id: str | None, now: int) -> None:
+    def classic_heartbeat(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
+                          now: int) -> None:
         """Heartbeat in a consumer group (Kafka's classicGroupHeartbeatToConsumerGroup)."""
         member = self._classic_member(group, member_id, instance_id)
         _check_generation(member, generation_id)
         member.session_deadline = now + member.classic.session_timeout_ms
-        self._watch_consumer_member(group, member.member_id)
+        self._timers.watch(group, member.member_id)
         if group.consumer.must_rejoin(member):
             self._expect_rejoin(group, member, now)
             raise RebalanceInProgressError(f"group {group.group_id!r} moved to epoch {group.consumer.group_epoch}: "
@@ -307,10 +333,10 @@ class GroupMigration:
         """The member is told to rejoin: it must, within its rebalance timeout (unless a deadline runs)."""
         if member.classic_deadline is None:
             member.classic_deadline = now + member.rebalance_timeout_ms
-            self._watch_consumer_member(group, member.member_id)
+            self._timers.watch(group, member.member_id)
 
-    def _classic_leave_to_consumer(self, group: Group, members: Iterable[tuple[str, str | None]], fx: Effects
-                                   ) -> list[LogStoreError | None]:
+    def classic_leave(self, group: Group, members: Iterable[tuple[str, str | None]], fx: Effects
+                      ) -> list[LogStoreError | None]:
         """LeaveGroup in a consumer group: classic members only; one epoch bump for all who left."""
         consumer: ConsumerGroup = group.consumer
         working = consumer.copy()
@@ -329,9 +355,8 @@ class GroupMigration:
         if len(working.members) == len(consumer.members):
             return results
         working.group_epoch = consumer.group_epoch + 1
-        self._append_or_refuse(fx, group, records_between(consumer, working, self._topic_id))
-        for member_id in consumer.members.keys() - working.members.keys():
-            self._consumer_timers.pop((group.group_id, member_id), None)
+        self._append_or_refuse(fx, group, records_between(consumer, working, self._context.topic_id))
+        self._timers.forget(group.group_id, consumer.members.keys() - working.members.keys())
         group.consumer = working
         return results
 

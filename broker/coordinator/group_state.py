@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
 from logstore.broker.coordinator.group_log import GroupValue, MemberValue
+
 from logstore.errors import CorruptRecordError
 
 CONSUMER_PROTOCOL = "consumer"
@@ -288,7 +289,7 @@ class Group:
                           self.state_timestamp, tuple(m.to_value(self.protocol_name) for m in self.members.values()))
 
     @classmethod
-    def from_value(cls, group_id: str, partition: int, value: GroupValue, now: int) -> "Group":
+    def from_value(cls, group_id: str, partition: int, value: GroupValue, now: int) -> Group:
         """A group as persisted: Stable with its members (their sessions start now), else Empty."""
         group = cls(group_id, partition, generation_id=value.generation, protocol_type=value.protocol_type or None,
                     protocol_name=value.protocol, state_timestamp=value.current_state_timestamp)

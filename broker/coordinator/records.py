@@ -10,7 +10,8 @@ half-decoded.
 from __future__ import annotations
 
 import struct
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from logstore.errors import CorruptRecordError
 
@@ -97,12 +98,12 @@ class Writer:
     def __init__(self):
         self.parts: list[bytes] = []
 
-    def int(self, size: int, value: int) -> "Writer":
+    def int(self, size: int, value: int) -> Writer:
         """A big-endian signed integer of `size` bytes."""
         self.parts.append(_INTS[size].pack(value))
         return self
 
-    def uvarint(self, value: int) -> "Writer":
+    def uvarint(self, value: int) -> Writer:
         """An unsigned varint."""
         out = bytearray()
         while value >= 0x80:
@@ -112,12 +113,12 @@ class Writer:
         self.parts.append(bytes(out))
         return self
 
-    def string(self, flexible: bool, value: str | None) -> "Writer":
+    def string(self, flexible: bool, value: str | None) -> Writer:
         """A (compact when flexible) string; None writes null."""
         data = None if value is None else value.encode("utf-8")
         return self.bytes_(flexible, data, length_size=2)
 
-    def bytes_(self, flexible: bool, value: bytes | None, length_size: int = 4) -> "Writer":
+    def bytes_(self, flexible: bool, value: bytes | None, length_size: int = 4) -> Writer:
         """A (compact when flexible) byte string; None writes null."""
         n = -1 if value is None else len(value)
         if flexible:
@@ -128,12 +129,12 @@ class Writer:
             self.parts.append(bytes(value))
         return self
 
-    def array_header(self, flexible: bool, count: int | None) -> "Writer":
+    def array_header(self, flexible: bool, count: int | None) -> Writer:
         """The count of an array whose elements the caller writes next; None writes null."""
         n = -1 if count is None else count
         return self.uvarint(n + 1) if flexible else self.int(4, n)
 
-    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> "Writer":
+    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> Writer:
         """A tagged-field section, tags in increasing order."""
         fields = fields or {}
         self.uvarint(len(fields))

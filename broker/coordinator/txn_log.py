@@ -13,6 +13,7 @@ import struct
 from dataclasses import dataclass, field
 
 from logstore.broker.coordinator.records import Reader, Writer
+
 from logstore.errors import CorruptRecordError
 
 KEY_VERSION = 0
@@ -39,7 +40,7 @@ class TxnState(enum.IntEnum):
         return "".join(word.capitalize() for word in self.name.split("_"))
 
     @classmethod
-    def from_kafka_name(cls, name: str) -> "TxnState":
+    def from_kafka_name(cls, name: str) -> TxnState:
         """The state Kafka's tools call `name`."""
         for state in cls:
             if state.kafka_name == name:

@@ -22,13 +22,19 @@ as they do over the wire. One process holds a data directory at a time (its
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.embedded.consumer import Consumer, NoOffsetForPartitionError
 from logstore.broker.embedded.membership import GroupMetadata
-from logstore.broker.embedded.producer import (IllegalStateError, Producer, RecordFuture, RecordMetadata,
-                                               TransactionAbortedError)
+from logstore.broker.embedded.producer import (
+    IllegalStateError,
+    Producer,
+    RecordFuture,
+    RecordMetadata,
+    TransactionAbortedError,
+)
 from logstore.broker.node import Node
 
 __all__ = ["Consumer", "GroupMetadata", "IllegalStateError", "NoOffsetForPartitionError", "Node", "Producer",

@@ -14,12 +14,19 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from logstore.broker.embedded.membership import GroupMetadata, Membership, parse_strategies
 from logstore.broker.embedded.settings import CONSUMER_SETTINGS, parse_settings
-from logstore.errors import (InvalidGroupIdError, LogStoreError, OffsetOutOfRangeError, UnknownTopicOrPartitionError,
-                             UnstableOffsetCommitError)
+
+from logstore.errors import (
+    InvalidGroupIdError,
+    LogStoreError,
+    OffsetOutOfRangeError,
+    UnknownTopicOrPartitionError,
+    UnstableOffsetCommitError,
+)
 from logstore.read_committed import READ_COMMITTED, CommittedFilter
 
 TopicPartition = tuple[str, int]
@@ -388,7 +395,7 @@ class Consumer:
             self._closed = True
             self._node.remove_client(self)
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -22,12 +22,23 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
+
 from logstore.assignors import CLIENT_ASSIGNORS, COOPERATIVE, MemberSubscription
-from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, decode_assignment,
-                                                           decode_subscription, encode_assignment,
-                                                           encode_subscription)
-from logstore.errors import (IllegalGenerationError, InvalidConfigError, MemberIdRequiredError,
-                             RebalanceInProgressError, UnknownMemberIdError)
+from logstore.errors import (
+    IllegalGenerationError,
+    InvalidConfigError,
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 
 TopicPartition = tuple[str, int]
 PROTOCOL_TYPE = "consumer"
@@ -65,7 +76,8 @@ def parse_strategies(text: str) -> list[str]:
     for item in filter(None, (s.strip() for s in text.split(","))):
         name = _CLASS_NAMES.get(item.rsplit(".", 1)[-1], item.lower())
         if name not in CLIENT_ASSIGNORS:
-            raise InvalidConfigError(f"unknown partition.assignment.strategy {item!r}; known: {sorted(CLIENT_ASSIGNORS)}")
+            raise InvalidConfigError(f"unknown partition.assignment.strategy {item!r}; "
+                                     f"known: {sorted(CLIENT_ASSIGNORS)}")
         names.append(name)
     if not names:
         raise InvalidConfigError("partition.assignment.strategy is empty")

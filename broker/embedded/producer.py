@@ -20,13 +20,20 @@ import enum
 import itertools
 import threading
 import time
-from typing import Any, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from logstore.broker.embedded.partitioner import Partitioner
 from logstore.broker.embedded.settings import PRODUCER_SETTINGS, parse_settings
-from logstore.errors import (ConcurrentTransactionsError, InvalidProducerEpochError, InvalidProducerIdMappingError,
-                             LogStoreError, ProducerFencedError)
 from logstore.native.compression import CODEC_IDS
+
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    LogStoreError,
+    ProducerFencedError,
+)
 
 TopicPartition = tuple[str, int]
 # How long a coordinator call answered CONCURRENT_TRANSACTIONS waits before it is tried again (retry.backoff.ms).
@@ -439,7 +446,7 @@ class Producer:
                 self._state = _State.CLOSED
             self._node.remove_client(self)
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -5,11 +5,13 @@ typo does not silently leave a default in place.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from logstore.broker.config import _parse
-from logstore.errors import InvalidConfigError
 from logstore.native.compression import CODEC_IDS
+
+from logstore.errors import InvalidConfigError
 
 # name -> (default, parser, allowed values or None)
 PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {

@@ -1,7 +1,8 @@
 """Pluggable on-disk batch formats.
 
-A format is a module exposing what `logstore.formats.kafka` does. The storage
-layer uses exactly these:
+A format is a module exposing what `logstore.formats.kafka` does; its type is
+`LogFormat` (`logstore.formats.protocol`), which lists every member with its
+signature. The storage layer uses exactly these:
 
 - `validate_append(buf, client, max_batch_size)` → `AppendInfo` and
   `assign_offsets(buf, info, base_offset, leader_epoch, log_append_time)`:
@@ -28,15 +29,21 @@ The log cleaner (`logstore.cleaner`) rewrites v2 batches with the native
 `logstore.native.cleaner` and so compacts only logs in this format.
 
 Segment, index and recovery code asks the format, never the bytes, which is
-what lets the format change. Kafka's v2 (reading v0/v1 too) is the default.
+what lets the format change: only `logstore/formats/` and `native/` know where
+a batch's fields sit (tests/format/test_batch_layout_owner.py holds everyone
+else to it). The broker's Produce handler asks `peek_produced_batch(records)`.
+Kafka's v2 (reading v0/v1 too) is the default.
 """
 from logstore.formats import kafka
+from logstore.formats.protocol import LogFormat
 
-FORMATS = {"kafka": kafka}
-DEFAULT_FORMAT = kafka
+__all__ = ["FORMATS", "DEFAULT_FORMAT", "LogFormat", "get_format"]
+
+FORMATS: dict[str, LogFormat] = {"kafka": kafka}
+DEFAULT_FORMAT: LogFormat = kafka
 
 
-def get_format(name: str = "kafka"):
+def get_format(name: str = "kafka") -> LogFormat:
     """The format module registered under `name`."""
     try:
         return FORMATS[name]

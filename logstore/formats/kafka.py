@@ -2,17 +2,18 @@
 
 The façade over `logstore.native`: the codecs are compiled, the framing of a
 log buffer (on-disk-format.md §1) is walked here. Every entry starts with
-offset int64, size int32, 4 format-specific bytes and the magic byte at 16.
+offset int64, size int32, 4 format-specific bytes and the magic byte; where
+each field sits is the native codec's to know (native/batch_header.pxd), so
+this module reads fields through it and never at byte offsets of its own.
 """
 from __future__ import annotations
 
-import struct
+from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Iterator, NamedTuple, Union
-
-from crc32c import crc32c
+from typing import TYPE_CHECKING, NamedTuple
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
+from logstore.native.cleaner import count_null_keys
 from logstore.native.compression import (
     CODEC_IDS,
     CODEC_NAMES,
@@ -23,23 +24,26 @@ from logstore.native.compression import (
     SNAPPY,
     ZSTD,
 )
-from logstore.native.cleaner import count_null_keys
-from logstore.native.legacy import LegacyEntry, decode_legacy
+from logstore.native.legacy import CRC_OFFSET as LEGACY_CRC_OFFSET
+from logstore.native.legacy import LegacyEntry, decode_legacy, peek_timestamp
 from logstore.native.record_batch import (
     CONTROL_ABORT,
     CONTROL_COMMIT,
-    CONTROL_FLAG,
+    CRC_OFFSET,
     CREATE_TIME,
+    ENTRY_OVERHEAD,
+    LENGTH_OFFSET,
     LOG_APPEND_TIME,
+    MAGIC_OFFSET,
     MAX_SEQUENCE,
     RECORD_BATCH_OVERHEAD,
-    TRANSACTIONAL_FLAG,
     BatchBuilder,
     BatchHeader,
     ColumnarBuilder,
     Columns,
     NativeBuffer,
     Record,
+    assign_batch_offsets,
     decode_columnar,
     decode_records,
     decode_unsigned_varint,
@@ -52,10 +56,15 @@ from logstore.native.record_batch import (
     encode_varint,
     encode_varlong,
     increment_sequence,
+    peek_header,
+    read_entry_prefix,
     read_header,
     validate_batch,
     validate_records,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = [
     "CODEC_IDS", "CODEC_NAMES", "DEFAULT_MAX_DECOMPRESSED", "GZIP", "LZ4", "NONE", "SNAPPY",
@@ -69,15 +78,16 @@ __all__ = [
     "assign_offsets", "peek_entry", "build_control_batch", "ProducerBatch", "peek_producer_batch",
     "read_marker", "entry_bounds", "scan_entries",
     "read_control_record", "read_header", "validate_batch", "validate_records",
+    "EntryPrefix", "entry_prefix", "crc_position", "ProducedBatch", "peek_produced_batch",
+    "NAME", "require_keys", "column_builder", "add_columns",
 ]
 
-LOG_OVERHEAD = 12
+LOG_OVERHEAD = ENTRY_OVERHEAD
 """Bytes before every entry's payload: offset int64 and size int32."""
-MAGIC_POSITION = 16
-MIN_ENTRY_PREFIX = 17
 MIN_ENTRY_SIZE = 14  # the smallest magic 0 message
+KNOWN_MAGICS = (0, 1, 2)
 
-Entry = Union[BatchHeader, LegacyEntry]
+Entry = BatchHeader | LegacyEntry
 """A log entry: a v2 batch header, or a decoded magic 0/1 message or wrapper."""
 
 CONTROL_TYPE_NAMES = {-1: "EMPTY", 0: "ABORT", 1: "COMMIT", 2: "LEADER_CHANGE", 3: "SNAPSHOT_HEADER",
@@ -122,8 +132,8 @@ def read_control_record(record: Record) -> ControlRecord:
     return ControlRecord(version, kind, int.from_bytes(value[2:6], "big", signed=True), marker_version)
 
 
-def iter_entries(buf, start: int = 0, *, verify_crc: bool = True,
-                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Iterator[Entry]:
+def iter_entries(buf: Buffer, start: int = 0, *, verify_crc: bool = True,
+                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> Generator[Entry, None, None]:
     """Walk the entries of a log buffer from `start`, Kafka's FileLogInputStream rules.
 
     Stops quietly at a partial tail (fewer than 17 bytes, or an entry running
@@ -136,24 +146,24 @@ def iter_entries(buf, start: int = 0, *, verify_crc: bool = True,
     if start < 0:
         raise ValueError(f"negative start position {start}")
     pos = start
-    while end - pos >= MIN_ENTRY_PREFIX:
-        size = int.from_bytes(view[pos + 8:pos + 12], "big", signed=True)
+    while (prefix := read_entry_prefix(view, pos)) is not None:
+        _, size, magic = prefix
         if size < MIN_ENTRY_SIZE:
-            raise CorruptRecordError(f"entry size {size} is below the minimum {MIN_ENTRY_SIZE}", pos + 8)
+            raise CorruptRecordError(f"entry size {size} is below the minimum {MIN_ENTRY_SIZE}",
+                                     pos + LENGTH_OFFSET)
         if LOG_OVERHEAD + size > end - pos:
             return
-        magic = view[pos + MAGIC_POSITION]
         if magic == 2:
             yield validate_batch(view, pos, verify_crc=verify_crc)
         elif magic in (0, 1):
             yield decode_legacy(view, pos, verify_crc=verify_crc, max_decompressed=max_decompressed)
         else:
-            raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_POSITION)
+            raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_OFFSET)
         pos += LOG_OVERHEAD + size
 
 
-def decode_entry(buf, entry: Entry, *, verify_crc: bool = True,
-                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list:
+def decode_entry(buf: Buffer, entry: Entry, *, verify_crc: bool = True,
+                 max_decompressed: int = DEFAULT_MAX_DECOMPRESSED) -> list[Record]:
     """The records of an entry yielded by iter_entries (control records included)."""
     if isinstance(entry, LegacyEntry):
         return entry.records
@@ -166,7 +176,8 @@ def column_builder(*, headers: bool = False, timestamp_types: bool = False) -> C
     return ColumnarBuilder(headers=headers, timestamp_types=timestamp_types)
 
 
-def add_columns(builder: ColumnarBuilder, buf, entry: Entry, start_offset: int, end_offset: int) -> bool:
+def add_columns(builder: ColumnarBuilder, buf: Buffer, entry: Entry, start_offset: int,
+                end_offset: int) -> bool:
     """Add the records of an entry `iter_entries` yielded (its CRC already checked) with offsets in
     [start_offset, end_offset) to `builder`; False for a legacy entry, which the caller decodes."""
     if isinstance(entry, LegacyEntry):
@@ -185,10 +196,6 @@ def entry_end(entry: Entry) -> int:
 
 NAME = "kafka"
 build_control_batch = encode_control_batch
-_BE_I64 = struct.Struct(">q")
-_BE_I32 = struct.Struct(">i")
-_ATTRIBUTES = struct.Struct(">h")
-TIMESTAMP_TYPE_FLAG = 0x08
 
 
 class EntryBounds(NamedTuple):
@@ -202,40 +209,44 @@ class EntryBounds(NamedTuple):
     magic: int
 
 
-def peek_entry(buf, pos: int = 0) -> EntryBounds | None:
+def peek_entry(buf: Buffer, pos: int = 0) -> EntryBounds | None:
     """Framing of the entry at `pos`, or None if its header is not all in `buf`.
 
     Only offsets, size, magic and the max timestamp are read; the bytes after
     the header may lie beyond `buf`. A legacy entry's offset field is its last
     offset, and Kafka keeps no first offset for it.
     """
-    view = memoryview(buf)
-    available = len(view) - pos
-    if available < MIN_ENTRY_PREFIX:
-        return None
-    offset = _BE_I64.unpack_from(view, pos)[0]
-    size = _BE_I32.unpack_from(view, pos + 8)[0]
-    if size < MIN_ENTRY_SIZE:
-        raise CorruptRecordError(f"entry size {size} is below the minimum {MIN_ENTRY_SIZE}", pos + 8)
-    magic = view[pos + MAGIC_POSITION]
+    return _peek(buf, pos)[0]
+
+
+def _peek(buf: Buffer, pos: int) -> tuple[EntryBounds | None, BatchHeader | None]:
+    """peek_entry's bounds, with the v2 header they came from (None for a legacy entry)."""
+    prefix = read_entry_prefix(buf, pos)
+    if prefix is None:
+        return None, None
+    offset, length, magic = prefix
+    if length < MIN_ENTRY_SIZE:
+        raise CorruptRecordError(f"entry size {length} is below the minimum {MIN_ENTRY_SIZE}",
+                                 pos + LENGTH_OFFSET)
+    size = LOG_OVERHEAD + length
     if magic == 2:
-        if available < RECORD_BATCH_OVERHEAD:
-            return None
-        if size + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD:
-            raise CorruptRecordError(f"record batch length {size} is below the minimum", pos + 8)
-        delta = _BE_I32.unpack_from(view, pos + 23)[0]
-        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset + delta,
-                           _BE_I64.unpack_from(view, pos + 35)[0], 2)
+        header = peek_header(buf, pos)
+        if header is None:
+            return None, None
+        if size < RECORD_BATCH_OVERHEAD:
+            raise CorruptRecordError(f"record batch length {length} is below the minimum", pos + LENGTH_OFFSET)
+        return EntryBounds(pos, size, offset, header.last_offset, header.max_timestamp, 2), header
     if magic == 1:
-        if available < 30:
-            return None
-        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset, _BE_I64.unpack_from(view, pos + 22)[0], 1)
+        timestamp = peek_timestamp(buf, pos)
+        if timestamp is None:
+            return None, None
+        return EntryBounds(pos, size, offset, offset, timestamp, 1), None
     if magic == 0:
-        return EntryBounds(pos, LOG_OVERHEAD + size, offset, offset, -1, 0)
-    raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_POSITION)
+        return EntryBounds(pos, size, offset, offset, -1, 0), None
+    raise CorruptRecordError(f"unknown magic byte {magic}", pos + MAGIC_OFFSET)
 
 
-def scan_entries(buf) -> list[BatchHeader] | None:
+def scan_entries(buf: Buffer) -> list[BatchHeader] | None:
     """Every entry of `buf` when all are whole, valid v2 batches (one native pass, CRCs checked);
     None otherwise, and the caller walks with `iter_entries` to find where and why. Each has
     `position`, `size_in_bytes`, `last_offset` and `max_timestamp`."""
@@ -245,10 +256,13 @@ def scan_entries(buf) -> list[BatchHeader] | None:
         return None
 
 
-def entry_bounds(buf, entry: Entry) -> EntryBounds:
+def entry_bounds(buf: Buffer, entry: Entry) -> EntryBounds:
     """The framing of an entry `iter_entries` yielded from `buf`, without parsing a v2 header again."""
     if isinstance(entry, LegacyEntry):
-        return peek_entry(buf, entry.position)
+        bounds = peek_entry(buf, entry.position)
+        # iter_entries yields only whole entries, so the header of this one is all in `buf`.
+        assert bounds is not None
+        return bounds
     return EntryBounds(entry.position, entry.size_in_bytes, entry.base_offset, entry.last_offset,
                        entry.max_timestamp, 2)
 
@@ -270,28 +284,23 @@ class ProducerBatch(NamedTuple):
     partition_leader_epoch: int
 
 
-_V2_HEADER = struct.Struct(">qiibIhiqqqhii")
-
-
-def peek_producer_batch(buf, pos: int = 0) -> ProducerBatch | None:
+def peek_producer_batch(buf: Buffer, pos: int = 0) -> ProducerBatch | None:
     """The producer fields of the entry at `pos`, or None if its header is not all in `buf`.
 
     Legacy entries carry no producer: they come back with producer id -1.
     """
-    bounds = peek_entry(buf, pos)
+    bounds, h = _peek(buf, pos)
     if bounds is None:
         return None
-    if bounds.magic < 2:
+    if h is None:
         return ProducerBatch(pos, bounds.size, bounds.base_offset, bounds.last_offset, bounds.max_timestamp,
                              -1, -1, -1, -1, False, False, -1)
-    (base, _, leader_epoch, _, _, attributes, delta, _, max_ts, pid, epoch, base_seq,
-     _) = _V2_HEADER.unpack_from(buf, pos)
-    last_seq = -1 if base_seq < 0 else increment_sequence(base_seq, delta)
-    return ProducerBatch(pos, bounds.size, base, base + delta, max_ts, pid, epoch, base_seq, last_seq,
-                         bool(attributes & TRANSACTIONAL_FLAG), bool(attributes & CONTROL_FLAG), leader_epoch)
+    return ProducerBatch(pos, bounds.size, h.base_offset, h.last_offset, h.max_timestamp, h.producer_id,
+                         h.producer_epoch, h.base_sequence, h.last_sequence, h.is_transactional, h.is_control,
+                         h.partition_leader_epoch)
 
 
-def read_marker(buf, pos: int = 0) -> ControlRecord:
+def read_marker(buf: Buffer, pos: int = 0) -> ControlRecord:
     """The control record of the whole control batch at `pos` (a marker's type and coordinator epoch)."""
     records = decode_records(buf, pos, verify_crc=False)
     if not records:
@@ -306,7 +315,7 @@ def read_marker(buf, pos: int = 0) -> ControlRecord:
 class AppendInfo:
     """What validating a records field found: its batches and the offsets they need."""
 
-    batches: list
+    batches: list[BatchHeader]
     size: int
     offset_count: int
     record_count: int
@@ -315,7 +324,7 @@ class AppendInfo:
     """Index in `batches` of the batch holding the max timestamp (its last offset is indexed)."""
 
 
-def validate_append(buf, *, client: bool = True, max_batch_size: int = -1) -> AppendInfo:
+def validate_append(buf: Buffer, *, client: bool = True, max_batch_size: int = -1) -> AppendInfo:
     """Check a records field about to be appended and summarise it (no offsets assigned yet).
 
     `client=True` applies Kafka's produce rules; internal writers (markers,
@@ -334,7 +343,7 @@ def validate_append(buf, *, client: bool = True, max_batch_size: int = -1) -> Ap
     return AppendInfo(batches, len(memoryview(buf)), offset_count, records, max_ts, max_index)
 
 
-def require_keys(buf, info: AppendInfo, partition: str) -> None:
+def require_keys(buf: Buffer, info: AppendInfo, partition: str) -> None:
     """Kafka's rule for compacted topics: a record without a key is refused (its batch index says which)."""
     for i, header in enumerate(info.batches):
         if count_null_keys(buf, header.position):
@@ -342,7 +351,7 @@ def require_keys(buf, info: AppendInfo, partition: str) -> None:
                                      f"partition {partition} (batch {i}).", header.position)
 
 
-def assign_offsets(buf, info: AppendInfo, base_offset: int, *, leader_epoch: int = -1,
+def assign_offsets(buf: Buffer, info: AppendInfo, base_offset: int, *, leader_epoch: int = -1,
                    log_append_time: int | None = None) -> int:
     """Write offsets (and the leader epoch) into a writable records field; returns the last offset.
 
@@ -355,19 +364,80 @@ def assign_offsets(buf, info: AppendInfo, base_offset: int, *, leader_epoch: int
     view = memoryview(buf)
     if view.readonly:
         raise TypeError("assign_offsets needs a writable buffer")
+    if log_append_time is not None and log_append_time < 0:
+        raise ValueError(f"negative log append time {log_append_time}")
+    append_time = -1 if log_append_time is None else log_append_time
     offset = base_offset
     for header in info.batches:
-        pos = header.position
-        _BE_I64.pack_into(view, pos, offset)
-        _BE_I32.pack_into(view, pos + 12, leader_epoch)
-        if log_append_time is not None:
-            end = pos + header.size_in_bytes
-            attributes = header.attributes | TIMESTAMP_TYPE_FLAG
-            _ATTRIBUTES.pack_into(view, pos + 21, attributes)
-            _BE_I64.pack_into(view, pos + 35, log_append_time)
-            crc = crc32c(view[pos + 21:end])
-            struct.pack_into(">I", view, pos + 17, crc)
+        assign_batch_offsets(view, header.position, offset, leader_epoch, append_time)
         offset += header.last_offset_delta + 1
     if log_append_time is not None:
         info.max_timestamp, info.max_timestamp_batch = log_append_time, 0
     return offset - 1
+
+
+# What tools and the broker ask of an entry before (or instead of) decoding it.
+
+class EntryPrefix(NamedTuple):
+    """The bytes every entry starts with whatever its magic, read as they stand (nothing checked)."""
+
+    position: int
+    offset: int
+    """The base offset of a v2 batch, the (last) offset of a legacy entry."""
+    size: int
+    """Bytes of the whole entry as its size field claims, the 12-byte log overhead included."""
+    magic: int
+
+    @property
+    def magic_position(self) -> int:
+        """Byte position of the magic byte."""
+        return self.position + MAGIC_OFFSET
+
+    @property
+    def is_framed(self) -> bool:
+        """Whether the size field and magic byte are ones a log entry can have (its bytes may still be bad)."""
+        return self.size >= LOG_OVERHEAD + MIN_ENTRY_SIZE and self.magic in KNOWN_MAGICS
+
+
+def entry_prefix(buf: Buffer, pos: int = 0) -> EntryPrefix | None:
+    """The prefix of the entry at `pos`, or None when fewer than its 17 bytes are in `buf`."""
+    prefix = read_entry_prefix(buf, pos)
+    if prefix is None:
+        return None
+    offset, length, magic = prefix
+    return EntryPrefix(pos, offset, LOG_OVERHEAD + length, magic)
+
+
+def crc_position(entry: Entry) -> int:
+    """Byte position of the CRC field of an entry `iter_entries` yielded (where a mismatch is reported)."""
+    if isinstance(entry, LegacyEntry):
+        return entry.position + LEGACY_CRC_OFFSET
+    return entry.position + CRC_OFFSET
+
+
+class ProducedBatch(NamedTuple):
+    """The first entry of a Produce request's records field, as the handler checks it before the append.
+
+    `size` is what the entry's size field claims, the 12-byte log overhead
+    included. The producer fields are those of a v2 batch whose 61-byte header
+    is all there; otherwise (False, -1, -1), and the append's validator
+    refuses the batch.
+    """
+
+    magic: int
+    size: int
+    is_transactional: bool
+    producer_id: int
+    producer_epoch: int
+
+
+def peek_produced_batch(records: Buffer) -> ProducedBatch | None:
+    """The first entry of `records` from its first bytes only (no CRC); None when too short for its magic byte."""
+    prefix = entry_prefix(records, 0)
+    if prefix is None:
+        return None
+    header = peek_header(records, 0) if prefix.magic == 2 else None
+    if header is None:
+        return ProducedBatch(prefix.magic, prefix.size, False, -1, -1)
+    return ProducedBatch(prefix.magic, prefix.size, header.is_transactional, header.producer_id,
+                         header.producer_epoch)

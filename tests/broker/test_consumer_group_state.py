@@ -17,17 +17,30 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
-
-from logstore.broker.coordinator.consumer_group import (ConsumerGroup, ConsumerGroupConfig, ConsumerMember,
-                                                        MemberState)
-from logstore.broker.coordinator.consumer_group_log import (ConsumerGroupLoader, ConsumerKey, decode_key, encode_key,
-                                                            records_between)
+from logstore.broker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig, ConsumerMember, MemberState
+from logstore.broker.coordinator.consumer_group_log import (
+    ConsumerGroupLoader,
+    ConsumerKey,
+    decode_key,
+    encode_key,
+    records_between,
+)
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-from logstore.errors import (FencedInstanceIdError, FencedMemberEpochError, GroupIdNotFoundError,
-                             InvalidRegularExpressionError, InvalidRequestError, NonEmptyGroupError,
-                             StaleMemberEpochError, UnknownMemberIdError, UnreleasedInstanceIdError,
-                             UnsupportedAssignorError, UnsupportedVersionError)
+
+from logstore.errors import (
+    FencedInstanceIdError,
+    FencedMemberEpochError,
+    GroupIdNotFoundError,
+    InvalidRegularExpressionError,
+    InvalidRequestError,
+    NonEmptyGroupError,
+    StaleMemberEpochError,
+    UnknownMemberIdError,
+    UnreleasedInstanceIdError,
+    UnsupportedAssignorError,
+    UnsupportedVersionError,
+)
 from logstore.manager import LogManager
 
 # One kind of group per id, as these tests were written for; migration has tests/broker/test_group_migration_state.py.
@@ -288,7 +301,7 @@ class Node:
             min_session_timeout_ms=min_session_timeout_ms), clock=clock)
         self.txn.on_offsets_marker = self.groups.complete_txn_offsets
 
-    def reopen(self) -> "Node":
+    def reopen(self) -> Node:
         self.store.close()
         node = Node(self.path, self.clock, self.ids, **self._options)
         node.txn.load()

@@ -7,12 +7,18 @@ import io
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from kio.serial import entity_writer
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+)
 
-from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, decode_assignment,
-                                                           decode_subscription, encode_assignment,
-                                                           encode_subscription)
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

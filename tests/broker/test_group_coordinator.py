@@ -15,18 +15,42 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 import pytest
-
-from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, decode_assignment,
-                                                            encode_assignment, encode_subscription)
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator, JoinResult, SyncResult
-from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, OffsetKey, decode_group_value, decode_key,
-                                                   decode_offset_value)
+from logstore.broker.coordinator.group_log import (
+    GroupKey,
+    GroupValue,
+    OffsetKey,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+)
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
-from logstore.errors import (FencedInstanceIdError, GroupIdNotFoundError, GroupMaxSizeReachedError,
-                             GroupSubscribedToTopicError, IllegalGenerationError, InconsistentGroupProtocolError,
-                             InvalidGroupIdError, InvalidSessionTimeoutError, InvalidTxnStateError, LogStoreError,
-                             MemberIdRequiredError, NonEmptyGroupError, OffsetMetadataTooLargeError,
-                             RebalanceInProgressError, UnknownMemberIdError, UnstableOffsetCommitError)
+
+from logstore.errors import (
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    GroupMaxSizeReachedError,
+    GroupSubscribedToTopicError,
+    IllegalGenerationError,
+    InconsistentGroupProtocolError,
+    InvalidGroupIdError,
+    InvalidSessionTimeoutError,
+    InvalidTxnStateError,
+    LogStoreError,
+    MemberIdRequiredError,
+    NonEmptyGroupError,
+    OffsetMetadataTooLargeError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnstableOffsetCommitError,
+)
 from logstore.manager import LogManager
 
 GROUP = "group-a"
@@ -75,7 +99,7 @@ class Env:
         self.groups = GroupCoordinator(self.store, self.txn, config, clock=clock)
         self.txn.on_offsets_marker = self.groups.complete_txn_offsets
 
-    def reopen(self, config: GroupConfig | None = None) -> "Env":
+    def reopen(self, config: GroupConfig | None = None) -> Env:
         """Close the store and start over from its files, as a restarted broker does."""
         self.store.close()
         env = Env(self.path, self.clock, config or self.config, self.ids)

@@ -4,12 +4,23 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
+from logstore.broker.coordinator.group_log import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+)
 
-from logstore.broker.coordinator.group_log import (GroupKey, GroupValue, MemberValue, OffsetKey, OffsetValue,
-                                                   decode_group_value, decode_key, decode_offset_value,
-                                                   encode_group_key, encode_group_value, encode_offset_key,
-                                                   encode_offset_value)
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

@@ -9,18 +9,34 @@ is held by two members, and once quiet every partition is held exactly once.
 from __future__ import annotations
 
 import pytest
-
-from logstore.broker.coordinator.consumer_group import (ClassicMetadata, ConsumerGroup, ConsumerGroupConfig,
-                                                        ConsumerMember)
+from logstore.broker.coordinator.consumer_group import (
+    ClassicMetadata,
+    ConsumerGroup,
+    ConsumerGroupConfig,
+    ConsumerMember,
+)
 from logstore.broker.coordinator.consumer_group_log import ConsumerGroupLoader, decode_key, records_between
-from logstore.broker.coordinator.consumer_protocol import (Assignment, Subscription, decode_assignment,
-                                                           encode_assignment, encode_subscription)
+from logstore.broker.coordinator.consumer_protocol import (
+    Assignment,
+    Subscription,
+    decode_assignment,
+    encode_assignment,
+    encode_subscription,
+)
 from logstore.broker.coordinator.group import GroupConfig
 from logstore.broker.coordinator.group_log import GroupKey
 from logstore.broker.coordinator.group_log import decode_key as decode_classic_key
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
-from logstore.errors import (FencedInstanceIdError, GroupIdNotFoundError, IllegalGenerationError, InvalidConfigError,
-                             RebalanceInProgressError, UnknownMemberIdError, UnsupportedVersionError)
+
+from logstore.errors import (
+    FencedInstanceIdError,
+    GroupIdNotFoundError,
+    IllegalGenerationError,
+    InvalidConfigError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+    UnsupportedVersionError,
+)
 from test_consumer_group_state import Clock
 from test_consumer_group_state import Node as StateNode
 
@@ -38,7 +54,7 @@ class Node(StateNode):
             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=200, migration_policy=policy))
         self.policy = policy
 
-    def reopen(self) -> "Node":
+    def reopen(self) -> Node:
         self.store.close()
         node = Node(self.path, self.clock, self.policy, self.ids)
         node.txn.load()
@@ -240,7 +256,7 @@ def test_the_mixed_group_loads_back_with_its_classic_members(tmp_path, clock):
     m.node = node
     assert node.groups.consumer_group_describe(["g"])[0] == before
     # Still classic members, with the session timeout and protocols they joined with: they heartbeat on.
-    loaded = node.groups._groups["g"].consumer.members
+    loaded = node.groups._group_store.by_id["g"].consumer.members
     assert [(loaded[c.member_id].classic.session_timeout_ms, loaded[c.member_id].classic.protocol_name)
             for c in (a, b)] == [(CLASSIC_SESSION_MS, "cooperative-sticky")] * 2
     assert loaded["m"].classic is None
@@ -286,7 +302,7 @@ def test_the_last_consumer_member_leaving_downgrades_the_group_and_a_rebalance_f
     assert kinds[-1] == ("GroupMetadata", False) and ("consumer3", True) in kinds[-10:]
     described = node.groups.describe("g")
     assert {x.member_id for x in described.members} == {a.member_id, b.member_id}
-    assert node.groups._groups["g"].generation_id == epoch
+    assert node.groups._group_store.by_id["g"].generation_id == epoch
     # The classic members rejoin the classic way: one generation, the leader assigns.
     assert a.heartbeat(rejoin=False) and b.heartbeat(rejoin=False)
     classic_rebalance(node, [a, b])
@@ -379,7 +395,7 @@ def test_classic_members_leave_expire_and_must_sync_in_time(tmp_path, clock):
         node.advance(1_000)
         m.beat()
         b.heartbeat()
-    assert d.member_id not in node.groups._groups["g"].consumer.members
+    assert d.member_id not in node.groups._group_store.by_id["g"].consumer.members
     node.store.close()
 
 
@@ -419,9 +435,9 @@ def test_a_static_consumer_member_coming_back_as_classic_downgrades_without_a_re
     node.groups.consumer_group_heartbeat("g", "m", 0, instance_id="i-m", rebalance_timeout_ms=REBALANCE_MS,
                                          subscribed_topic_names=["t"], owned=())
     m = Modern(node, "m")
-    m.epoch = node.groups._groups["g"].consumer.members["m"].member_epoch
+    m.epoch = node.groups._group_store.by_id["g"].consumer.members["m"].member_epoch
     settle([a, b], [m])
-    target = node.groups._groups["g"].consumer.target["m"]
+    target = node.groups._group_store.by_id["g"].consumer.target["m"]
     back = node.groups.join_group("g", "", "i-m", "m", "/h", CLASSIC_SESSION_MS, REBALANCE_MS, "consumer",
                                   [("cooperative-sticky", subscription())], True).result(1)
     assert node.kind() == ("classic", "Stable"), "the replacement left only classic members: no rebalance"
@@ -441,7 +457,7 @@ def test_a_static_classic_member_coming_back_with_the_consumer_protocol_takes_it
     held_once([s], [m])
     node.groups.consumer_group_heartbeat("g", "s2", 0, instance_id="i-s", rebalance_timeout_ms=REBALANCE_MS,
                                          subscribed_topic_names=["t"], owned=())
-    members = node.groups._groups["g"].consumer.members
+    members = node.groups._group_store.by_id["g"].consumer.members
     assert s.member_id not in members and members["s2"].classic is None
     with pytest.raises(FencedInstanceIdError):
         node.groups.heartbeat("g", s.generation, s.member_id, "i-s")

@@ -20,15 +20,22 @@ import tempfile
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
-
 from logstore.broker.coordinator.consumer_protocol import Subscription, encode_subscription
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator, JoinResult, SyncResult
 from logstore.broker.coordinator.group_state import Group
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-from logstore.errors import (FencedInstanceIdError, IllegalGenerationError, LogStoreError, MemberIdRequiredError,
-                             RebalanceInProgressError, UnknownMemberIdError)
+
+from logstore.errors import (
+    FencedInstanceIdError,
+    IllegalGenerationError,
+    LogStoreError,
+    MemberIdRequiredError,
+    RebalanceInProgressError,
+    UnknownMemberIdError,
+)
 from logstore.manager import LogManager
 
 GROUP = "machine"
@@ -323,8 +330,8 @@ class GroupMachine(RuleBasedStateMachine):
     def the_group_is_consistent(self):
         if self.coordinator is None:
             return
-        with self.coordinator._lock:
-            group = self.coordinator._groups.get(GROUP)
+        with self.coordinator._context.lock:
+            group = self.coordinator._group_store.get(GROUP)
             if group is None:
                 return
             assert group.generation_id >= self.max_generation, "the generation went back"
@@ -358,8 +365,8 @@ class GroupMachine(RuleBasedStateMachine):
     def held_requests_belong_to_members(self):
         if self.coordinator is None:
             return
-        with self.coordinator._lock:
-            group = self.coordinator._groups.get(GROUP)
+        with self.coordinator._context.lock:
+            group = self.coordinator._group_store.get(GROUP)
             members = set(group.members) if group is not None else set()
         orphans = [(c.client, c.kind, c.member_id) for c in self.calls if c.member_id and c.member_id not in members]
         assert not orphans, f"requests held for members no longer in the group: {orphans}"

@@ -9,14 +9,21 @@ from __future__ import annotations
 import itertools
 
 import pytest
-
 from logstore.broker.coordinator.partitioning import partition_for
-from logstore.broker.coordinator.transaction import (OFFSETS_TOPIC, TXN_STATE_TOPIC, TransactionCoordinator,
-                                                     TxnConfig)
+from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TXN_STATE_TOPIC, TransactionCoordinator, TxnConfig
 from logstore.broker.coordinator.txn_log import TxnLogValue, TxnState, decode_key, decode_value
-from logstore.errors import (ConcurrentTransactionsError, InvalidProducerEpochError, InvalidProducerIdMappingError,
-                             InvalidRequestError, InvalidTransactionTimeoutError, InvalidTxnStateError,
-                             ProducerFencedError, StorageError, UnknownTopicOrPartitionError)
+
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidProducerIdMappingError,
+    InvalidRequestError,
+    InvalidTransactionTimeoutError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
 from logstore.manager import LogManager
 
 TXN = "txn-a"
@@ -127,7 +134,7 @@ def test_an_empty_transactional_id_is_an_invalid_request(env):
 
 def test_exhausted_epoch_moves_to_a_new_producer_id(env, tmp_path):
     coordinator, store, clock = env
-    coordinator._write(TXN, TxnLogValue(77, 32766, TIMEOUT, TxnState.COMPLETE_COMMIT, frozenset(), clock.now, -1))
+    coordinator._state.write(TXN, TxnLogValue(77, 32766, TIMEOUT, TxnState.COMPLETE_COMMIT, frozenset(), clock.now, -1))
     coordinator.load()
     assert coordinator.init_producer_id(TXN, TIMEOUT) == (1000, 0)
     meta = coordinator.describe(TXN)
@@ -136,7 +143,7 @@ def test_exhausted_epoch_moves_to_a_new_producer_id(env, tmp_path):
 
 def test_kip360_retry_after_an_exhausting_bump_gets_the_new_producer_id_again(env):
     coordinator, _, clock = env
-    coordinator._write(TXN, TxnLogValue(77, 32766, TIMEOUT, TxnState.COMPLETE_COMMIT, frozenset(), clock.now, -1))
+    coordinator._state.write(TXN, TxnLogValue(77, 32766, TIMEOUT, TxnState.COMPLETE_COMMIT, frozenset(), clock.now, -1))
     coordinator.load()
     assert coordinator.init_producer_id(TXN, TIMEOUT, 77, 32766) == (1000, 0)
     # The answer was lost: the client asks again with the same (old) id and epoch, and gets
@@ -180,7 +187,7 @@ def test_init_while_a_transaction_is_open_aborts_it_with_a_bumped_epoch_then_ask
 def test_init_while_markers_are_being_written_is_concurrent_transactions(env):
     coordinator, _, _ = env
     pid, epoch = open_transaction(coordinator)
-    coordinator._txns[TXN].state = TxnState.PREPARE_COMMIT
+    coordinator._state.txns[TXN].state = TxnState.PREPARE_COMMIT
     with pytest.raises(ConcurrentTransactionsError):
         coordinator.init_producer_id(TXN, TIMEOUT)
 
@@ -293,12 +300,12 @@ def test_end_from_an_old_epoch_is_producer_fenced(env):
 def test_a_decision_being_carried_out_is_not_claimed_by_the_completion_sweep(env):
     coordinator, store, _ = env
     pid, epoch = open_transaction(coordinator)
-    meta = coordinator._txns[TXN]
+    meta = coordinator._state.txns[TXN]
     # end_transaction's first step: the decision persisted, the id kept for its markers.
     meta.pending = TxnState.PREPARE_COMMIT
-    coordinator._persist(meta, meta.transit(state=TxnState.PREPARE_COMMIT), then=TxnState.COMPLETE_COMMIT)
+    coordinator._state.persist(meta, meta.transit(state=TxnState.PREPARE_COMMIT), then=TxnState.COMPLETE_COMMIT)
     assert coordinator.complete_prepared() == []
-    assert coordinator._complete(meta, claimed=True)
+    assert coordinator._completer.complete(meta, claimed=True)
     assert markers(store) == [("COMMIT", pid, epoch)]
     assert coordinator.describe(TXN).state == TxnState.COMPLETE_COMMIT
 
@@ -410,7 +417,7 @@ def test_a_decision_found_on_start_is_carried_out(env, tmp_path, commit):
     meta = coordinator.describe(TXN)
     prepared = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
     # What a crash right after persisting the decision leaves.
-    coordinator._write(TXN, meta.transit(state=prepared).log_value())
+    coordinator._state.write(TXN, meta.transit(state=prepared).log_value())
     coordinator, store = reopen(store, tmp_path, clock)
     try:
         assert coordinator.describe(TXN).state == prepared

@@ -13,12 +13,17 @@ import shutil
 import tempfile
 
 import pytest
-from hypothesis import settings, strategies as st
+from hypothesis import settings
+from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-from logstore.errors import (ConcurrentTransactionsError, InvalidProducerEpochError, InvalidTxnStateError,
-                             ProducerFencedError)
+
+from logstore.errors import (
+    ConcurrentTransactionsError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
+    ProducerFencedError,
+)
 from logstore.manager import LogManager
 
 TXN = "machine"

@@ -4,11 +4,18 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given, strategies as st
-
+from hypothesis import given
+from hypothesis import strategies as st
 from logstore.broker.coordinator.partitioning import java_string_hash, partition_for
-from logstore.broker.coordinator.txn_log import (TxnLogValue, TxnState, decode_key, decode_value, encode_key,
-                                                 encode_value)
+from logstore.broker.coordinator.txn_log import (
+    TxnLogValue,
+    TxnState,
+    decode_key,
+    decode_value,
+    encode_key,
+    encode_value,
+)
+
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from dump_cli import no_traceback, ok, run_dump
 
+from dump_cli import no_traceback, ok, run_dump
 from logstore import dump
 from logstore.formats import kafka as K
 from spec_vectors import VECTORS_DIR as VECTORS

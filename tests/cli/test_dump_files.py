@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from dump_cli import json_docs, no_traceback, ok, run_dump
 
 import logstore
 import logstore.formats.kafka as K
+from dump_cli import json_docs, no_traceback, ok, run_dump
 from logstore import dump
 
 T0 = 1_700_000_000_000

@@ -58,6 +58,9 @@ class BrokerProcess:
     starts: int = 0
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of the next start (e.g. LOGSTORE_CRASH_AT, the coordinator's crash switch)."""
+    launcher: tuple[str, ...] = ()
+    """Instead of `logstore broker`, the next start runs this script and its arguments, which take the
+    overrides as KEY=VALUE (e.g. crashing_broker.py and its crash point)."""
 
     def __iter__(self):
         """`host, port, data_dir = broker`."""
@@ -76,15 +79,17 @@ class BrokerProcess:
         return "".join(p.read_text(errors="replace")
                        for p in sorted(self.data_dir.parent.glob(f"{self.data_dir.name}.stderr.*")))
 
-    def start(self) -> "BrokerProcess":
+    def start(self) -> BrokerProcess:
         """Exec the broker and wait for its ready line."""
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
-        cmd = [sys.executable, "-m", "logstore", "broker",
-               "--override", f"listeners=PLAINTEXT://{self.host}:{self.port}",
-               "--override", f"log.dirs={self.data_dir}"]
-        for item in self.overrides:
-            cmd += ["--override", item]
+        overrides = (f"listeners=PLAINTEXT://{self.host}:{self.port}", f"log.dirs={self.data_dir}", *self.overrides)
+        if self.launcher:
+            cmd = [sys.executable, *self.launcher, *overrides]
+        else:
+            cmd = [sys.executable, "-m", "logstore", "broker"]
+            for item in overrides:
+                cmd += ["--override", item]
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **self.env})
         try:

@@ -33,12 +33,19 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from confluent_kafka import (OFFSET_BEGINNING, ConsumerGroupState, Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 SESSION_TIMEOUT_MS = 2500

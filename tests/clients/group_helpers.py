@@ -20,9 +20,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import aiokafka
 import aiokafka.errors
@@ -123,7 +124,7 @@ class MemberProcess:
     def stderr_path(self) -> Path:
         return self.log_dir / f"{self.name}.stderr"
 
-    def start(self) -> "MemberProcess":
+    def start(self) -> MemberProcess:
         """Exec the member; it joins the group in the background."""
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen([sys.executable, str(MEMBER_SCRIPT), json.dumps(asdict(self.config))],

@@ -52,7 +52,7 @@ def assert_closed(s: socket.socket) -> None:
         data = s.recv(65536)
     except ConnectionResetError:
         return
-    except socket.timeout:
+    except TimeoutError:
         pytest.fail(f"the connection is still open after {TIMEOUT} s")
     assert data == b"", f"the broker answered instead of closing: {data[:64]!r}"
 

@@ -5,8 +5,8 @@ Kafka codec that shares no code with it.
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from kafka.record.memory_records import MemoryRecords
 

@@ -12,8 +12,15 @@ import importlib
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, NewTopic,
-                                   ResourceType)
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+    NewTopic,
+    ResourceType,
+)
 from kafka import KafkaAdminClient
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kio.index import load_request_schema

@@ -17,9 +17,20 @@ import time
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 
-from raw_wire import (API_VERSIONS, METADATA, TIMEOUT, UNSUPPORTED_VERSION, api_versions_v0, assert_closed, connect,
-                      decode_api_versions_v0, framed, header_v1, header_v2, recv_frame)
-
+from raw_wire import (
+    API_VERSIONS,
+    METADATA,
+    TIMEOUT,
+    UNSUPPORTED_VERSION,
+    api_versions_v0,
+    assert_closed,
+    connect,
+    decode_api_versions_v0,
+    framed,
+    header_v1,
+    header_v2,
+    recv_frame,
+)
 
 # -- the broker keeps serving --------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ at the next record that is left. A record without a key is refused
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
@@ -148,17 +149,17 @@ def test_a_broker_killed_mid_swap_restarts_with_the_clean_finished(tmp_path, cra
     from broker_process import BrokerProcess, free_port
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    # Written with the cleaner off, then a start with it on and the switch set: the first swap kills it.
+    # Written with the cleaner off, then a start with it on and the power cut armed: the first swap kills it.
     broker = BrokerProcess("127.0.0.1", free_port(), data_dir, ("log.cleaner.enable=false",)).start()
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic(TOPIC, 1, 1, config=TOPIC_CONFIG)], operation_timeout=TIMEOUT)[TOPIC].result(TIMEOUT)
     written = _produce(broker.bootstrap)
     broker.stop()
     broker.overrides = ("log.cleaner.backoff.ms=50",)
-    broker.env = {"LOGSTORE_CRASH_AT": crash_at}
+    broker.launcher = (str(Path(__file__).with_name("crashing_broker.py")), crash_at)
     broker.start()
     broker.wait_killed(TIMEOUT)
-    broker.env = {}
+    broker.launcher = ()
     broker.start()
     try:
         partition = data_dir / f"{TOPIC}-0"

@@ -8,8 +8,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import (OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer,
-                             TopicPartition)
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from segment_files import COMPRESSION, batches, segment_paths

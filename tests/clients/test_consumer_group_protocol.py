@@ -27,18 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from confluent_kafka import (Consumer, ConsumerGroupState, ConsumerGroupTopicPartitions, ConsumerGroupType, Producer,
-                             TopicPartition)
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
-from kio.schema.offset_commit.v8.request import (OffsetCommitRequest as OffsetCommitV8,
-                                                 OffsetCommitRequestPartition as CommitPartitionV8,
-                                                 OffsetCommitRequestTopic as CommitTopicV8)
+from kio.schema.offset_commit.v8.request import OffsetCommitRequest as OffsetCommitV8
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as CommitPartitionV8
+from kio.schema.offset_commit.v8.request import OffsetCommitRequestTopic as CommitTopicV8
 from kio.static.primitive import i32Timedelta
-
 from logstore.broker.admin_client import AdminClient as WireClient
 
 TIMEOUT = 30.0   # s: a bound on any one wait; the tests finish far below it
@@ -101,7 +106,7 @@ class Member:
     exited: bool = False
     killed_at: int | None = None   # monotonic ns: a killed member owns nothing from then on
 
-    def start(self, bootstrap: str, group: str, topic: str) -> "Member":
+    def start(self, bootstrap: str, group: str, topic: str) -> Member:
         config = json.dumps({"bootstrap": bootstrap, "group": group, "topic": topic})
         with open(self.log_dir / f"{self.name}.stderr", "ab") as err:
             self.proc = subprocess.Popen([sys.executable, __file__, config], stdin=subprocess.PIPE,

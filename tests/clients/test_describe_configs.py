@@ -12,8 +12,10 @@ import dataclasses
 import importlib
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic as AioNewTopic
-from aiokafka.admin.config_resource import ConfigResource as AioConfigResource, ConfigResourceType
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import NewTopic as AioNewTopic
+from aiokafka.admin.config_resource import ConfigResource as AioConfigResource
+from aiokafka.admin.config_resource import ConfigResourceType
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 from kafka import KafkaAdminClient

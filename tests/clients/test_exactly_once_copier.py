@@ -22,8 +22,7 @@ import re
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from eos_copier import (BROKER_SETTINGS, Copy, CopierFleet, Input, check_copy, group_offsets, produce_input,
-                        read_output)
+from eos_copier import BROKER_SETTINGS, CopierFleet, Copy, Input, check_copy, group_offsets, produce_input, read_output
 
 RECORDS = 2400
 PARTITIONS = 4

@@ -24,18 +24,26 @@ import sys
 import time
 
 import pytest
-from confluent_kafka import (ConsumerGroupState, ConsumerGroupTopicPartitions, Consumer, KafkaException, Producer,
-                             TopicPartition)
-from confluent_kafka.admin import AdminClient as ConfluentAdmin, NewTopic
-from kafka import KafkaAdminClient, TopicPartition as KafkaTopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from confluent_kafka.admin import NewTopic
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import GroupSubscribedToTopicError, NoError
 from kafka.structs import OffsetAndMetadata
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta, i64Timedelta
-
-from broker_process import BrokerProcess, free_port
 from logstore.broker.admin_client import AdminClient
 from logstore.broker.coordinator.consumer_protocol import decode_assignment, decode_subscription
+
+from broker_process import BrokerProcess, free_port
 
 TIMEOUT = 30.0  # s: a bound on any single wait
 LIVE = "ga-live"  # the live group, and the topic it consumes

@@ -18,8 +18,17 @@ from collections import Counter
 
 import pytest
 
-from group_helpers import (ASSIGNORS, CHANGED, CLIENTS, MemberConfig, Members, end_offsets, produce, wait_for,
-                           wait_for_split)
+from group_helpers import (
+    ASSIGNORS,
+    CHANGED,
+    CLIENTS,
+    MemberConfig,
+    Members,
+    end_offsets,
+    produce,
+    wait_for,
+    wait_for_split,
+)
 from txn_helpers import create_topic
 
 OVERRIDES = ("group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=500")

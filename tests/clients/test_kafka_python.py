@@ -9,8 +9,12 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import NewTopic
-from kafka.errors import (MessageSizeTooLargeError, RecordListTooLargeError, TopicAlreadyExistsError,
-                          UnknownTopicOrPartitionError)
+from kafka.errors import (
+    MessageSizeTooLargeError,
+    RecordListTooLargeError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 
 CODECS = [None, "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 15.0  # s: a bound on any single wait; tests finish far below it

@@ -21,8 +21,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from txn_checker import (aborted_txns, latest_snapshot, partition_batches, read_until, stable_offsets,
-                         txn_state_records)
+from txn_checker import aborted_txns, latest_snapshot, partition_batches, read_until, stable_offsets, txn_state_records
 
 TIMEOUT = 30.0       # s: a bound on any single wait
 END_TIMEOUT = 0.5    # s: the EndTxn call that meets the crash (librdkafka goes on in the background)

@@ -20,7 +20,8 @@ import time
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient as ConfluentAdmin, NewTopic
+from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from confluent_kafka.admin import NewTopic
 from kafka import KafkaAdminClient, TopicPartition
 from kafka.errors import UnknownTopicOrPartitionError
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
@@ -29,10 +30,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest as ListTransactionsV1
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest as ListTransactionsV2
 from kio.static.primitive import i32, i64
+from logstore.broker.admin_client import AdminClient
 
 import logstore
 from broker_process import free_port
-from logstore.broker.admin_client import AdminClient
 
 TIMEOUT = 30.0  # s: a bound on any single wait
 TOPIC = "txn-admin"

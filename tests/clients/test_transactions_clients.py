@@ -18,8 +18,17 @@ from pathlib import Path
 
 import pytest
 
-from txn_helpers import (CLIENTS, Record, by_partition, create_topic, list_offsets, read_line, reader,
-                         transactions_on_disk, txn_producer)
+from txn_helpers import (
+    CLIENTS,
+    Record,
+    by_partition,
+    create_topic,
+    list_offsets,
+    read_line,
+    reader,
+    transactions_on_disk,
+    txn_producer,
+)
 
 pytestmark = pytest.mark.parametrize("client", CLIENTS)
 
@@ -139,7 +148,7 @@ def test_zombie_is_fenced_by_a_new_producer_with_its_transactional_id(broker, to
         assert a.fenced(writing.value), repr(writing.value)
         # The client is failed already; how its commit says so is its own business (kafka-python: a
         # KafkaError naming ProducerFencedError), but it must not succeed.
-        with pytest.raises(Exception):
+        with pytest.raises(Exception):  # noqa: B017 (any failure will do; success is the bug)
             a.commit()
     else:
         with pytest.raises(Exception) as committing:

@@ -20,9 +20,9 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from kafka.record.util import calc_crc32c

@@ -40,10 +40,10 @@ import crc32c
 import lz4.frame
 import xxhash
 import zstandard
+from logstore.native.compression import compress as ours_compress
 
 import logstore.formats.kafka as K
 from logstore.errors import CorruptRecordError
-from logstore.native.compression import compress as ours_compress
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 # tests/vectors (spec_vectors.VECTORS_DIR): this file also runs as a script, without tests/ on sys.path.
@@ -457,7 +457,8 @@ LEGACY_FIELDS = {"offset": (0, ">q"), "size": (8, ">i"), "magic": (16, ">b"), "a
 def _lie_value(rng, fmt: str, current: int) -> int:
     edges = {">q": I64, ">i": I32, ">h": I16, ">b": (0, 1, 2, 3, -1, 0x7f, -0x80)}[fmt]
     bits = {">q": 64, ">i": 32, ">h": 16, ">b": 8}[fmt]
-    value = rng.choice(edges + (current + 1, current - 1, current + rng.randint(-9, 9), current ^ rng.randrange(1 << 8)))
+    value = rng.choice(edges + (current + 1, current - 1, current + rng.randint(-9, 9),
+                                current ^ rng.randrange(1 << 8)))
     lo = -(1 << (bits - 1))
     return (value - lo) % (1 << bits) + lo
 
@@ -809,7 +810,7 @@ def _compare_columns(call, name, cols, expected_rows, arrow):
 
 
 def _sandwich(call, buf, ok_r, records, header, arrow):
-    """A ColumnarBuilder fed good, hostile, good batches must hold exactly the good rows plus the hostile ones it accepted."""
+    """A ColumnarBuilder fed good, hostile, good batches holds exactly the good rows plus the hostile ones it took."""
     builder = K.ColumnarBuilder()
     builder.add_batch(_PREFIX)
     ok, _ = call("ColumnarBuilder.add_batch", builder.add_batch, buf, max_decompressed=FUZZ_MAX_DECOMPRESSED)
@@ -817,7 +818,8 @@ def _sandwich(call, buf, ok_r, records, header, arrow):
     middle = []
     if ok and header is not None and not header.is_control:
         if not ok_r:
-            call.fail("inconsistent", "ColumnarBuilder.add_batch/decode_records", "add_batch accepts, decode_records rejects")
+            call.fail("inconsistent", "ColumnarBuilder.add_batch/decode_records",
+                      "add_batch accepts, decode_records rejects")
             return
         middle = record_rows(records)
     _compare_columns(call, "ColumnarBuilder(good, hostile, good)", builder.finish(),

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import tracemalloc
-from functools import lru_cache
+from functools import cache
 
 import lz4.frame
 import pytest
@@ -202,13 +202,13 @@ ALLOWANCE = 3 * LIMIT
 """Peak traced memory a bomb may cost beyond one copy of its input: the limit, one copy, slack."""
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bomb_plain() -> tuple[bytes, bytes]:
     batch = K.encode_batch([None], [bytes(BOMB)], timestamps=0)
     return batch[:61], batch[61:]
 
 
-@lru_cache(maxsize=None)
+@cache
 def _bomb(compressor: str) -> bytes:
     header, plain = _bomb_plain()
     return v2_from_plain(header, plain, compressor)
@@ -253,7 +253,8 @@ def test_decompression_bomb_is_refused_within_the_limit(compressor, entry):
     assert isinstance(error, CorruptRecordError), f"expected CorruptRecordError, got {error!r}"
     assert re.search(r"more than|exceed|limit|too (large|big)", str(error)), error  # refused for its size
     assert -1 <= error.position <= len(buf)
-    assert peak < ALLOWANCE + len(buf) + _lz4_block_allowance(buf, 61), f"peak {peak / 2**20:.1f} MiB for a {LIMIT >> 20} MiB limit"
+    assert peak < ALLOWANCE + len(buf) + _lz4_block_allowance(buf, 61), \
+        f"peak {peak / 2**20:.1f} MiB for a {LIMIT >> 20} MiB limit"
 
 
 @pytest.mark.parametrize("magic,codec", [(0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)])
@@ -263,7 +264,8 @@ def test_legacy_wrapper_bomb_is_refused_within_the_limit(magic, codec):
     buf = legacy_message(0, magic, codec, 5, None, value)
     error, peak = _peak_of(lambda b: K.decode_legacy(b, max_decompressed=LIMIT), buf)
     assert isinstance(error, CorruptRecordError), f"expected CorruptRecordError, got {error!r}"
-    assert peak < ALLOWANCE + len(buf) + _lz4_block_allowance(value, 0), f"peak {peak / 2**20:.1f} MiB for a {LIMIT >> 20} MiB limit"
+    assert peak < ALLOWANCE + len(buf) + _lz4_block_allowance(value, 0), \
+        f"peak {peak / 2**20:.1f} MiB for a {LIMIT >> 20} MiB limit"
 
 
 def _lz4_claiming(content_size: int) -> bytes:

@@ -6,9 +6,18 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from logstore.assignors import (CLIENT_ASSIGNORS, COOPERATIVE, SERVER_ASSIGNORS, MemberSubscription,
-                                cooperative_sticky_assign, range_assign, round_robin_assign, server_range_assign,
-                                sticky_assign, uniform_assign)
+from logstore.assignors import (
+    CLIENT_ASSIGNORS,
+    COOPERATIVE,
+    SERVER_ASSIGNORS,
+    MemberSubscription,
+    cooperative_sticky_assign,
+    range_assign,
+    round_robin_assign,
+    server_range_assign,
+    sticky_assign,
+    uniform_assign,
+)
 
 S = MemberSubscription
 ALL = {**CLIENT_ASSIGNORS, **{f"server-{n}": f for n, f in SERVER_ASSIGNORS.items()}}

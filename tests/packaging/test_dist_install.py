@@ -52,7 +52,8 @@ for module in (logstore, K, cleaner, record_batch):
     assert prefix in pathlib.Path(module.__file__).resolve().parents, (module.__file__, prefix)
 files = [str(f) for f in importlib.metadata.distribution("logstore-kafka").files]
 assert not [f for f in files if f.endswith((".c", ".pyx", ".pxi", ".pxd", ".h"))], files
-for licence in ("licenses/LICENSE", "licenses/native/xxhash.LICENSE", "logstore/native/xxhash.LICENSE"):
+for licence in ("licenses/LICENSE", "licenses/native/vendor/xxhash/LICENSE",
+                "logstore/native/vendor/xxhash/LICENSE", "logstore/native/vendor/xxhash/VERSION"):
     assert any(f.endswith(licence) for f in files), (licence, files)
 
 batch = K.encode_batch([b"k1", None], [b"v1", b"v2"], headers=[[("trace", b"1")], []],
@@ -125,8 +126,9 @@ def test_the_sdist_carries_the_cython_sources_and_no_generated_c(artifacts):
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     assert {"LICENSE", "README.md", "pyproject.toml", "setup.py", "MANIFEST.in"} <= names
     native = {name for name in names if name.startswith("native/")}
-    assert {f"native/{m}.pyx" for m in MODULES} | {"native/xxhash.h", "native/xxhash.LICENSE",
-                                                   "native/records.h", "native/varint.pxi"} <= native
+    assert {f"native/{m}.pyx" for m in MODULES} | {
+        "native/vendor/xxhash/xxhash.h", "native/vendor/xxhash/LICENSE", "native/vendor/xxhash/VERSION",
+        "native/batch_header.pxd", "native/records.h", "native/varint.pxi"} <= native
     assert not [n for n in names if n.endswith((".c", ".so"))]
 
 
@@ -141,7 +143,7 @@ def test_the_wheel_is_manylinux_with_both_licences_and_no_sources(artifacts):
                 if n.startswith("logstore/native/") and n.endswith(".so")}
     assert compiled == set(MODULES)
     assert not [n for n in names if n.endswith(BUILD_INPUTS)]
-    for licence in ("licenses/LICENSE", "licenses/native/xxhash.LICENSE"):
+    for licence in ("licenses/LICENSE", "licenses/native/vendor/xxhash/LICENSE"):
         assert any(n.endswith(".dist-info/" + licence) for n in names), names
     assert "Name: logstore-kafka\n" in metadata and "License-Expression: Apache-2.0\n" in metadata
     assert "Requires-Python: >=3.11\n" in metadata

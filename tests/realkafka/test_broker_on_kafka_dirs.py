@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-from broker_process import BrokerProcess, free_port
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from kafka_dirs import committed_offsets, committed_records, partition_dirs
-
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
+
+from broker_process import BrokerProcess, free_port
+from kafka_dirs import committed_offsets, committed_records, partition_dirs
 from logstore.kafka_metadata import METADATA_TOPIC
 
 READ_TIMEOUT_S = 60

@@ -7,11 +7,11 @@ import hashlib
 import time
 from pathlib import Path
 
-from kafka_dirs import committed_offsets, committed_records, decode_partition, partition_dirs
-
-import logstore
 from logstore.broker import embedded
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
+
+import logstore
+from kafka_dirs import committed_offsets, committed_records, decode_partition, partition_dirs
 from logstore.kafka_metadata import METADATA_DIR
 
 SETTINGS = {"group.initial.rebalance.delay.ms": 0}

@@ -46,9 +46,8 @@ def spark():
         # Spark starts its Python workers with PYSPARK_PYTHON, else the system python, which
         # lacks pyarrow and this package.
         env.setenv("PYSPARK_PYTHON", sys.executable)
-        from pyspark.sql import SparkSession
-
         import logstore.spark
+        from pyspark.sql import SparkSession
 
         session = (SparkSession.builder.master("local[2]")
                    .appName("logstore-tests")

@@ -91,9 +91,8 @@ def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     # Spark starts its Python workers with PYSPARK_PYTHON, else the system python, which lacks pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
-
     import logstore.spark
+    from pyspark.sql import SparkSession
 
     spark = (SparkSession.builder.master("local[2]").appName("logstore-stream-driver")
              .config("spark.ui.enabled", "false")

@@ -19,18 +19,18 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from logstore.spark.options import parse_options
+from logstore.spark.source import LogstoreBatchReader
+from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual
-from py4j.protocol import Py4JJavaError
 
 import logstore
 from logstore.config import LogConfig
 from logstore.formats.kafka import CODEC_NAMES
 from logstore.log import Log
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
-from logstore.spark.options import parse_options
-from logstore.spark.source import LogstoreBatchReader
 from spark_logs import TS0, TS_STEP, KafkaRow, PartitionWriter, library_rows
 from spec_vectors import VECTORS_DIR
 
@@ -411,11 +411,11 @@ def test_partition_filter_plans_only_that_partition(spark, library):
 def test_timestamp_lower_bound_starts_at_the_offset_for_that_timestamp(spark, library):
     # A committed record's timestamp in partition 0; records' timestamps only grow within a partition.
     pivot = library.rows[READ_COMMITTED][("orders", 0)][30]
-    since = dt.datetime.fromtimestamp(pivot.timestamp / 1000, dt.timezone.utc)
+    since = dt.datetime.fromtimestamp(pivot.timestamp / 1000, dt.UTC)
     ranges, remaining = plan(library.path, [GreaterThanOrEqual(("timestamp",), since)], subscribe="orders")
     assert len(remaining) == 1  # Spark still applies it: the bound only skips ahead
     starts = {}
-    for topic, partition, lo, _ in ranges:
+    for _topic, partition, lo, _ in ranges:
         starts[partition] = min(lo, starts.get(partition, lo))
     expected = {p: library.first_offset_at(("orders", p), pivot.timestamp) for p in range(ORDERS_PARTITIONS)}
     assert starts[0] == pivot.offset == expected[0]

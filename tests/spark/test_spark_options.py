@@ -7,12 +7,18 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from pyspark.sql.datasource import (EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan,  # noqa: E402
-                                    LessThanOrEqual, StringStartsWith)
-
 from logstore.spark.options import EARLIEST, LATEST, OptionError, parse_options  # noqa: E402
 from logstore.spark.planning import Pushdown, push_filters  # noqa: E402
 from logstore.spark.stream import _rate_limited  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    LessThan,
+    LessThanOrEqual,
+    StringStartsWith,
+)
 
 
 def parse(streaming=False, **options):
@@ -73,7 +79,7 @@ def test_selection_by_subscribe_pattern_leaves_internal_topics_out():
 def test_exact_predicates_are_consumed_and_inexact_ones_returned():
     filters = [EqualTo(("partition",), 2), GreaterThan(("offset",), 10), LessThanOrEqual(("offset",), 50),
                In(("topic",), ("a", "b")), GreaterThanOrEqual(("timestamp",), dt.datetime(2026, 1, 1,
-                                                                                         tzinfo=dt.timezone.utc)),
+                                                                                         tzinfo=dt.UTC)),
                In(("offset",), (3, 30)), LessThan(("timestamp",), dt.datetime(2027, 1, 1)),
                StringStartsWith(("topic",), "a")]
     pushdown, remaining = push_filters(filters, Pushdown())

@@ -28,7 +28,7 @@ import argparse
 import random
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import logstore
 import logstore.formats.kafka as K

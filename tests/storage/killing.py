@@ -16,8 +16,8 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 WATCHDOG_SECONDS = 60
 

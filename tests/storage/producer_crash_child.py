@@ -39,8 +39,8 @@ import dataclasses
 import random
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import logstore
 import logstore.formats.kafka as K

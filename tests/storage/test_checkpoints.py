@@ -202,7 +202,7 @@ def test_offset_checkpoint_round_trips(tmp_path_factory, offsets):
     OffsetCheckpoint(path).write(offsets)
     assert OffsetCheckpoint(path).read() == offsets
     lines = path.read_text().splitlines()[2:]
-    assert lines == sorted(lines, key=lambda l: (l.split()[0], int(l.split()[1])))
+    assert lines == sorted(lines, key=lambda line: (line.split()[0], int(line.split()[1])))
 
 
 # ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""SIGKILL at each step of a cleaner swap (the crash switch), then reopen: the log reads as before the
-clean or as after it, never a mix, and no temporary file is left."""
+"""A power cut (a `FaultFileSystem` armed at a named point, then SIGKILL) at each step of a cleaner swap,
+then reopen: the log reads as before the clean or as after it, never a mix, and no temporary file is left."""
 from __future__ import annotations
 
 import os
@@ -18,7 +18,7 @@ HERE = Path(__file__).parent
 TOPIC_CONFIG = {"cleanup.policy": "compact", "segment.bytes": 1 << 20, "retention.ms": -1,
                 "delete.retention.ms": 1_000, "index.interval.bytes": 64}
 CHILD_SECONDS = 60
-# Each step of Log.replace_segments and the one before it; `:N` is the N-th time the point is hit.
+# Each step of Log.replace_segments and the one before it (fault_fs.NAMED_POINTS); `:N` is the N-th match.
 CRASH_POINTS = ["cleaner-cleaned-written", "cleaner-swap-renamed", "cleaner-old-renamed:1",
                 "cleaner-old-renamed:3", "cleaner-swapped"]
 
@@ -58,9 +58,9 @@ def _read(directory: Path) -> tuple[dict, dict, list[str]]:
 
 
 def _run_child(directory: Path, now: int, crash_at: str | None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "LOGSTORE_CRASH_AT": crash_at or ""}
-    return subprocess.run([sys.executable, str(HERE / "cleaner_crash_child.py"), str(directory), str(now)],
-                          env=env, capture_output=True, text=True, timeout=CHILD_SECONDS)
+    args = [sys.executable, str(HERE / "cleaner_crash_child.py"), str(directory), str(now)]
+    return subprocess.run(args + ([crash_at] if crash_at else []), capture_output=True, text=True,
+                          timeout=CHILD_SECONDS)
 
 
 @pytest.fixture(scope="module", params=[False, True], ids=["last-kept", "last-emptied"])

@@ -225,7 +225,7 @@ def test_durable_appends_share_fsyncs(tmp_path, monkeypatch):
 
 def test_flush_messages_moves_the_recovery_point(tmp_path):
     with Log.open(str(tmp_path / "t-0"), _config(flush_messages=5)) as log:
-        for i in range(4):
+        for _ in range(4):
             log.append_records([b"x"])
         assert log.recovery_point == 0
         log.append_records([b"x"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import io
 import json
 
-from logstore.cli import main as cli_main
 from logstore.cleaner_report import run as report
+from logstore.cli import main as cli_main
 from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_STATE, read_cleaner_checkpoints, read_cleaner_state
 from logstore.manager import LogManager
 

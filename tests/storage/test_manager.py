@@ -6,8 +6,8 @@ import os
 import pytest
 
 import logstore
-from logstore.config import LogConfig
 from logstore.checkpoints import RECOVERY_POINT_CHECKPOINT, OffsetCheckpoint, read_partition_metadata
+from logstore.config import LogConfig
 from logstore.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
@@ -74,7 +74,7 @@ def _checkpointed_store(directory):
 
 def test_unclean_reopen_scans_from_the_checkpointed_recovery_point(tmp_path):
     store, log = _checkpointed_store(tmp_path)
-    for i in range(5):
+    for _ in range(5):
         log.append_records([b"y" * 20])
     flushed = log.recovery_point
     # Simulate a crash: drop the objects without closing (no marker, no trim); the kernel
@@ -97,7 +97,7 @@ def test_truncation_rewrites_the_recovery_point_checkpoint_at_once(tmp_path):
     log.truncate_to(40)
     assert OffsetCheckpoint(tmp_path / RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 40}
     # Unflushed appends above the truncation point, then a crash: recovery scans them.
-    for i in range(30):
+    for _ in range(30):
         log.append_records([b"z" * 20])
     store._release_dirs()  # the crash drops the directory lock
     with logstore.open(str(tmp_path)) as reopened:

@@ -120,7 +120,7 @@ class ProducerModel:
         if op.transactional and p.txn_first_offset < 0:
             p.txn_first_offset = op.first_offset
 
-    def snapshot(self) -> "ProducerModel":
+    def snapshot(self) -> ProducerModel:
         """The state a `.snapshot` of this one loads as (§7): each producer's last batch only,
         stamped with the producer's last timestamp."""
         return ProducerModel(

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from logstore import Log, LogConfig
 from logstore.errors import OffsetOutOfRangeError, SegmentDeletedError
-from logstore.producer_state import SNAPSHOT_SUFFIX
+from logstore.filenames import SNAPSHOT_SUFFIX
 from logstore.reader import PartitionView, StoreView
 
 pa = pytest.importorskip("pyarrow")
@@ -172,7 +172,7 @@ def test_a_corrupt_snapshot_is_passed_over_and_left_in_place(tmp_path):
 def test_a_segment_deleted_after_planning_is_data_loss_unless_skipped(tmp_path):
     directory = tmp_path / "t-0"
     with Log.open(str(directory), SMALL) as log:
-        for i in range(100):
+        for _ in range(100):
             log.append_records([b"y" * 40])
         with PartitionView.open(str(directory)) as view:
             scan = view.scan(0, view.high_watermark, "read_uncommitted")

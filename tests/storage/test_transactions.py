@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-from vector_dirs import VECTORS
 
 import logstore.formats.kafka as K
 from logstore.config import LogConfig
@@ -19,6 +18,7 @@ from logstore.errors import (
 )
 from logstore.index import AbortedTxn
 from logstore.log import Log
+from vector_dirs import VECTORS
 
 MAX_SEQ = 2**31 - 1
 # Now: snapshots drop producers idle past producer.id.expiration.ms (24 h) on load.

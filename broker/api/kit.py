@@ -1,0 +1,198 @@
+"""What every handler shares: Kafka errors as response codes (the one place), authorization, and
+the topics × partitions loop.
+
+Errors: a handler never reads an exception's `.code`; it calls through
+`attempt`, `coordinate` or `held`, or loops with `each_partition`, and gets
+an `Outcome` whose error is already the code the request's API version
+knows (`OLDER_VERSIONS`: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH to the
+versions before it existed, as Kafka answers them).
+
+Authorization: every handler asks for what it touches, with the operation
+and resource Kafka's KafkaApis names (each module's docstring says which),
+through `authorized`/`denied`/`each_partition`; the broker's authorizer
+decides (`logstore.broker.authorizer`). A denial is the resource type's
+*_AUTHORIZATION_FAILED code.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from logstore.broker.api import Request, build
+from logstore.broker.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from logstore.broker.protocol import ErrorCode
+
+from logstore.errors import LogStoreError
+
+__all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "Outcome", "PartitionResult",
+           "Shape", "attempt", "authorized", "coordinate", "denied", "each_partition", "error_code", "failure",
+           "held", "refuse", "topic_rows"]
+
+INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
+
+# (an error, an API key) → (the API's first version that knows the error, what older versions answer).
+OLDER_VERSIONS: dict[tuple[ErrorCode, int], tuple[int, ErrorCode]] = {
+    (ErrorCode.producer_fenced, INIT_PRODUCER_ID): (4, ErrorCode.invalid_producer_epoch),
+    (ErrorCode.producer_fenced, ADD_PARTITIONS_TO_TXN): (2, ErrorCode.invalid_producer_epoch),
+    (ErrorCode.producer_fenced, ADD_OFFSETS_TO_TXN): (2, ErrorCode.invalid_producer_epoch),
+    (ErrorCode.producer_fenced, END_TXN): (2, ErrorCode.invalid_producer_epoch),
+    (ErrorCode.producer_fenced, TXN_OFFSET_COMMIT): (3, ErrorCode.invalid_producer_epoch),
+}
+
+# What a denied request answers, by the type of the resource denied.
+DENIED: dict[ResourceType, ErrorCode] = {
+    ResourceType.TOPIC: ErrorCode.topic_authorization_failed,
+    ResourceType.GROUP: ErrorCode.group_authorization_failed,
+    ResourceType.CLUSTER: ErrorCode.cluster_authorization_failed,
+    ResourceType.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
+}
+
+
+def error_code(request: Request, exc: LogStoreError | None) -> ErrorCode:
+    """NONE for no error, else the Kafka code of `exc` as the request's API version knows it."""
+    if exc is None:
+        return ErrorCode.none
+    code = ErrorCode(exc.code)
+    rule = OLDER_VERSIONS.get((code, request.api_key))
+    if rule is not None and request.version < rule[0]:
+        return rule[1]
+    return code
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A call's value, or the Kafka error it raised as this request's code and message."""
+
+    value: Any = None
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    exc: LogStoreError | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call succeeded."""
+        return self.error == ErrorCode.none
+
+
+def failure(request: Request, exc: LogStoreError) -> Outcome:
+    """The outcome of a call that raised `exc`."""
+    return Outcome(None, error_code(request, exc), str(exc), exc)
+
+
+def refuse(error: ErrorCode, message: str | None = None) -> Outcome:
+    """The outcome of a check that refused, with the code Kafka answers (no exception carries it)."""
+    return Outcome(None, error, message)
+
+
+def attempt(request: Request, call: Callable, *args, **kwargs) -> Outcome:
+    """Call `call` on the event loop; a Kafka error it raises is the outcome's code (an Outcome it
+    returns is taken as it is: a refusal)."""
+    try:
+        value = call(*args, **kwargs)
+    except LogStoreError as exc:
+        return failure(request, exc)
+    return value if isinstance(value, Outcome) else Outcome(value)
+
+
+async def coordinate(request: Request, call: Callable, *args) -> Outcome:
+    """Run a blocking call (a coordinator's, an fsynced change) in the broker's pool; its error as a code."""
+    try:
+        return Outcome(await request.broker.coordinate(call, *args))
+    except LogStoreError as exc:
+        return failure(request, exc)
+
+
+async def held(request: Request, call: Callable, *args) -> Outcome:
+    """Run a coordinator call whose answer is a future (JoinGroup, SyncGroup) and wait for that answer."""
+    try:
+        future = await request.broker.coordinate(call, *args)
+        return Outcome(await asyncio.wrap_future(future))
+    except LogStoreError as exc:
+        return failure(request, exc)
+
+
+# -- authorization ---------------------------------------------------------------------------
+
+def authorized(request: Request, operation: AclOperation, resource_type: ResourceType,
+               names: Iterable[str]) -> set[str]:
+    """The names among `names` the request's principal may perform `operation` on."""
+    return set(request.broker.authorizer.authorize(request.principal, operation, resource_type, list(names)))
+
+
+def denied(request: Request, operation: AclOperation, resource_type: ResourceType,
+           name: str = CLUSTER_NAME) -> ErrorCode:
+    """NONE if the principal may perform `operation` on the resource, else Kafka's answer to the denial."""
+    if name in authorized(request, operation, resource_type, (name,)):
+        return ErrorCode.none
+    return DENIED[resource_type]
+
+
+# -- topics × partitions ---------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Shape:
+    """Where a request's topics keep their name and partitions, and a partition its index (None: the
+    partitions are the indexes)."""
+
+    topic: str = "name"
+    partitions: str = "partitions"
+    index: str | None = "partition_index"
+
+
+@dataclass(frozen=True)
+class PartitionResult:
+    """One partition asked: its index, the request's entry for it, and the outcome of answering it."""
+
+    topic: str
+    index: int
+    asked: Any
+    outcome: Outcome
+
+    @property
+    def error(self) -> ErrorCode:
+        """The partition's error code (NONE when answered)."""
+        return self.outcome.error
+
+    @property
+    def value(self) -> Any:
+        """What answering it returned (None on error)."""
+        return self.outcome.value
+
+
+def each_partition(request: Request, topics, answer: Callable[[str, int, Any], Any], *,
+                   operation: AclOperation | None, shape: Shape = Shape(),
+                   error: ErrorCode = ErrorCode.none) -> list[tuple[str, list[PartitionResult]]]:
+    """`answer(topic, index, asked)` for every partition asked, in the request's order, grouped by topic.
+
+    A topic the principal may not perform `operation` on (None: the caller authorized already) is
+    TOPIC_AUTHORIZATION_FAILED on each of its partitions without an answer; a request-level `error`
+    is repeated on every partition; a Kafka error `answer` raises is that partition's code.
+    """
+    topics = list(topics)
+    names = [getattr(t, shape.topic) for t in topics]
+    allowed = set(names) if operation is None else authorized(request, operation, ResourceType.TOPIC, names)
+    results = []
+    for topic, name in zip(topics, names):
+        rows = []
+        for asked in getattr(topic, shape.partitions):
+            index = asked if shape.index is None else getattr(asked, shape.index)
+            if error != ErrorCode.none:
+                outcome = Outcome(error=error)
+            elif name not in allowed:
+                outcome = Outcome(error=DENIED[ResourceType.TOPIC])
+            else:
+                outcome = attempt(request, answer, name, index, asked)
+            rows.append(PartitionResult(name, index, asked, outcome))
+        results.append((name, rows))
+    return results
+
+
+def topic_rows(results: list[tuple[str, list[PartitionResult]]], topic_cls, partition_cls,
+               fields: Callable[[PartitionResult], dict], *, topic_field: str = "name",
+               partitions_field: str = "partitions") -> tuple:
+    """The response's topics: each partition is `fields(result)` plus its error code and message."""
+    return tuple(build(topic_cls, **{topic_field: name, partitions_field: tuple(
+        build(partition_cls, **{"error_code": r.error, "error_message": r.outcome.message, **fields(r)})
+        for r in rows)}) for name, rows in results)

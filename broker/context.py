@@ -1,0 +1,54 @@
+"""What a handler may reach of the broker: exactly the attributes the APIs use, typed.
+
+The server's `Broker` is one; a test or an embedding can hand handlers any
+other object with these members. Handlers run on the event loop: anything
+that blocks on an fsync goes through `coordinate` (a thread pool).
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from logstore.broker.authorizer import Authorizer
+    from logstore.broker.config import BrokerConfig
+    from logstore.broker.coordinator.group import GroupCoordinator
+    from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.broker.producer_ids import ProducerIdAllocator
+
+    from logstore.manager import LogManager
+
+__all__ = ["BrokerContext"]
+
+
+class BrokerContext(Protocol):
+    """The broker as handlers see it: settings, the store, the coordinators, the authorizer, and the
+    append notification long-polling Fetches wait on. Owned by the server; used from the event loop."""
+
+    config: BrokerConfig
+    node_id: int
+    cluster_id: str
+    store: LogManager
+    producer_ids: ProducerIdAllocator
+    transactions: TransactionCoordinator
+    groups: GroupCoordinator
+    authorizer: Authorizer
+    closing: bool
+    # Encoded answers that only change with the topics, per API key (Metadata).
+    response_cache: dict[int, dict]
+
+    def create_topic(self, name: str, partitions: int, configs: dict | None = None) -> int:
+        """Create a topic (Kafka's name rules); returns its partition count."""
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic, its directories and every group's offsets of it (blocks on fsyncs)."""
+
+    def appended_event(self) -> asyncio.Event:
+        """Set at the next append."""
+
+    def notify_appended(self) -> None:
+        """Wake the Fetches waiting for data."""
+
+    async def coordinate(self, call: Callable[..., Any], *args: Any) -> Any:
+        """Run a blocking call (a coordinator's, an fsync) in the broker's thread pool."""

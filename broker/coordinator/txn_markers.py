@@ -1,0 +1,122 @@
+"""Ending a decided transaction: a COMMIT or ABORT marker in every partition of it, then its Complete state.
+
+Kafka's three steps: PrepareCommit/PrepareAbort persisted (the decision,
+written by the coordinator before it calls here), a marker appended to every
+partition of the transaction, then CompleteCommit/CompleteAbort. A Prepare
+state found on start, or left by a marker write that failed, is finished by
+`complete_prepared`, so a crash at any moment ends every transaction the way
+it was decided.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import TYPE_CHECKING
+
+from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
+from logstore.broker.coordinator.txn_log import TxnState
+from logstore.broker.coordinator.txn_metadata import COORDINATOR_EPOCH, PREPARED, TxnMetadata, completed
+from logstore.broker.coordinator.txn_state_store import TxnStateStore
+
+from logstore.crash_points import crash_point
+from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
+
+if TYPE_CHECKING:
+    from logstore.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+
+class TxnMarkerWriter:
+    """Writes a transaction's markers to its partitions and waits for them to be durable.
+
+    Holds no lock of its own: each partition's append takes that log's lock, one at a time.
+    """
+
+    def __init__(self, store: LogManager, fsync: bool, on_markers: Callable[[], None]) -> None:
+        self._store = store
+        self._fsync = fsync
+        self._on_markers = on_markers
+        # Called with (partition, producer id, commit) once a marker is durable in `__consumer_offsets`:
+        # the group coordinator applies or drops that producer's transactional offsets.
+        self.on_offsets_marker: Callable[[int, int, bool], None] = lambda partition, producer_id, commit: None
+
+    def write(self, meta: TxnMetadata, commit: bool) -> None:
+        """A marker in every partition of `meta`'s transaction (a deleted one is skipped); raises LogStoreError."""
+        waits: list[Future] = []
+        try:
+            for topic, partition in sorted(meta.partitions):
+                try:
+                    target = self._store.log(topic, partition)
+                except UnknownTopicOrPartitionError:
+                    continue  # deleted since it joined the transaction: nothing left to end
+                result = target.write_txn_marker(meta.producer_id, meta.producer_epoch, COORDINATOR_EPOCH,
+                                                 commit=commit)
+                crash_point("txn-marker")
+                if self._fsync:
+                    waits.append(target.durable(result.last_offset + 1))
+            for wait in waits:
+                wait.result()
+            for topic, partition in sorted(meta.partitions):
+                if topic == OFFSETS_TOPIC:
+                    self.on_offsets_marker(partition, meta.producer_id, commit)
+        finally:
+            if waits or meta.partitions:
+                self._on_markers()
+
+
+class TxnCompleter:
+    """Carries out decided transactions: markers, then the Complete state (Kafka's TransactionMarkerChannel
+    and the completion that follows it). Task-safe: the id's `pending` state says who carries it out."""
+
+    def __init__(self, state: TxnStateStore, markers: TxnMarkerWriter, clock: Callable[[], int]) -> None:
+        self._state = state
+        self._markers = markers
+        self._clock = clock
+
+    def fence_and_abort(self, meta: TxnMetadata, fence: TxnMetadata) -> None:
+        """Abort an open transaction with the bumped epoch of `fence` (its state is `meta.pending`)."""
+        transit = fence.transit(state=TxnState.PREPARE_ABORT, last_update_ms=self._clock())
+        with self._state.lock:
+            meta.pending = TxnState.PREPARE_ABORT
+        self._state.persist(meta, transit, then=TxnState.COMPLETE_ABORT)
+        crash_point("txn-prepared")
+        self.complete(meta, claimed=True)
+
+    def complete(self, meta: TxnMetadata, claimed: bool = False) -> bool:
+        """Write the markers of a prepared transaction, then its Complete state; False if not done now.
+
+        `claimed`: the caller already holds the id (its pending state is the
+        Complete one). A failure leaves the Prepare state for
+        `complete_prepared` to retry: the decision is on disk already, so the
+        caller has nothing to undo.
+        """
+        with self._state.lock:
+            if meta.state not in PREPARED or meta.pending is not (completed(meta.state) if claimed else None):
+                return False
+            commit = meta.state == TxnState.PREPARE_COMMIT
+            done = completed(meta.state)
+            meta.pending = done
+            current = dataclasses.replace(meta)
+        try:
+            self._markers.write(current, commit)
+            crash_point("txn-markers-written")
+            # Not fsynced: lost, it is redone from the Prepare state; the id's next transition is fsynced after it.
+            self._state.persist(meta, current.transit(state=done, partitions=frozenset(),
+                                                      last_update_ms=self._clock()), durable=False)
+            crash_point("txn-completed")
+            return True
+        except LogStoreError as exc:
+            with self._state.lock:
+                meta.pending = None
+            log.warning("transactional id %r stays %s until its markers can be written: %s",
+                        meta.transactional_id, meta.state.kafka_name, exc)
+            return False
+
+    def complete_prepared(self) -> list[str]:
+        """Finish every transaction decided but not completed (after a start, or a failed marker write)."""
+        with self._state.lock:
+            prepared = [m for m in self._state.txns.values() if m.state in PREPARED and m.pending is None]
+        return [m.transactional_id for m in prepared if self.complete(m)]

@@ -1,0 +1,55 @@
+"""What the transaction coordinator knows of one transactional id, and Kafka's limits on its epochs."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from logstore.broker.coordinator.txn_log import TxnLogValue, TxnState
+
+# One coordinator ever leads these partitions, so markers never meet a newer coordinator epoch.
+COORDINATOR_EPOCH = 0
+# Kafka moves to a new producer id once the epoch reaches Short.MAX_VALUE - 1.
+EPOCH_EXHAUSTED = 32766
+MAX_EPOCH = 32767
+PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+
+
+@dataclass
+class TxnMetadata:
+    """What the coordinator knows of one transactional id."""
+
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    state: TxnState
+    partitions: frozenset[tuple[str, int]] = frozenset()
+    start_ms: int = -1
+    last_update_ms: int = -1
+    # The id before the last epoch exhaustion, and the epoch before the last bump
+    # (KIP-360: a retried InitProducerId is answered, not fenced).
+    previous_producer_id: int = -1
+    last_producer_epoch: int = -1
+    pending: TxnState | None = None
+
+    def transit(self, **changes: Any) -> TxnMetadata:
+        """The metadata after a transition (not yet persisted)."""
+        return dataclasses.replace(self, pending=None, **changes)
+
+    def log_value(self) -> TxnLogValue:
+        """The record that persists this metadata."""
+        return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state, self.partitions,
+                           self.last_update_ms, self.start_ms)
+
+    @classmethod
+    def from_log(cls, transactional_id: str, value: TxnLogValue) -> TxnMetadata:
+        """The metadata a persisted record describes."""
+        return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, value.state,
+                   value.partitions, value.start_ms, value.last_update_ms, value.previous_producer_id)
+
+
+def completed(prepared: TxnState) -> TxnState:
+    """The Complete state that follows a Prepare state."""
+    return TxnState.COMPLETE_COMMIT if prepared == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT

@@ -1,0 +1,223 @@
+"""`logstore broker` as a process: configuration, log levels, the listener, the node, serving until a
+signal, and the lines a person reads when it cannot start.
+
+Exit status: 0 after a clean stop, 1 when the machine refuses (a port in use,
+a log dir that cannot be used, I/O), 2 for usage or configuration. Every
+refusal is one or two lines on stderr naming the setting and where it came
+from; the traceback follows at --log-level DEBUG. The listener is probed
+before the store opens (a recovery may take long), so a port in use is said
+at once.
+
+The authorizer is Kafka's `authorizer.class.name` (empty: everything is
+allowed); `run` and `run_broker` also take one ready-made, which is how a
+test starts a broker process with its own, and likewise the file system the
+store writes through (a test's fault-injecting one).
+"""
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+import signal
+import socket
+import sys
+import traceback
+
+from logstore.broker.authorizer import AUTHORIZER_SETTING, Authorizer, load_authorizer
+from logstore.broker.config import BrokerConfig
+from logstore.broker.server import Broker
+
+from logstore.errors import InvalidConfigError, LogStoreError
+from logstore.filesystem import OS, FileSystem
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+TRACE = 5
+# log4j's level names (as Kafka's --override users know them) and Python's.
+LEVELS = {"TRACE": TRACE, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+          "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL,
+          "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
+# Kafka's container image sets its log4j levels from these (KafkaDockerWrapper); so does this broker.
+LEVEL_VARIABLES = ("KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS")
+
+
+class StartError(Exception):
+    """Why the broker cannot run, in words its user can act on, and the exit status (2: usage or
+    configuration, 1: the machine: a port, a log dir, I/O)."""
+
+    def __init__(self, message: str, status: int = 1):
+        super().__init__(message)
+        self.status = status
+
+
+async def run_broker(config: BrokerConfig, ready=None, authorizer: Authorizer | None = None,
+                     fs: FileSystem = OS) -> None:
+    """Run a broker until SIGTERM or SIGINT; `ready(host, port)` is called once it listens.
+
+    A log dir that cannot be used, or a port that cannot be bound (`run` tries the port before the
+    store opens: a recovery may take long), is a `StartError`. Without `authorizer`, the one the
+    configuration names.
+    """
+    if authorizer is None:
+        authorizer = configured_authorizer(config)
+    try:
+        broker = Broker(config, authorizer, fs)
+    except OSError as exc:
+        raise StartError(_log_dir_failure(config, exc)) from exc
+    try:
+        host, port = await broker.start()
+    except OSError as exc:
+        broker.node.close()
+        raise StartError(_listen_failure(config, exc)) from exc
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready is not None:
+        ready(host, port)
+    await broker.serve_until(stop)
+
+
+def parse_log_levels(items) -> tuple[int | None, dict[str, int]]:
+    """The root level and per-logger levels of (where, text) items: `LEVEL` or `LOGGER=LEVEL`, comma-separated
+    lists allowed; a later item wins."""
+    root, loggers = None, {}
+    for where, text in items:
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            name, sep, level = part.rpartition("=")
+            number = LEVELS.get(level.strip().upper())
+            if number is None or (sep and not name.strip()):
+                raise StartError(f"{where} {part}: not LEVEL or LOGGER=LEVEL; the levels are TRACE, DEBUG, INFO, "
+                                 "WARN, ERROR, FATAL, OFF", 2)
+            if sep:
+                loggers[name.strip()] = number
+            else:
+                root = number
+    return root, loggers
+
+
+def configured_authorizer(config: BrokerConfig) -> Authorizer:
+    """The authorizer `authorizer.class.name` names (a usage error, status 2, if it names none)."""
+    try:
+        return load_authorizer(config.settings.get(AUTHORIZER_SETTING, ""))
+    except ValueError as exc:
+        raise StartError(str(exc), 2) from exc
+
+
+def run(config_path: str | None, overrides: list[str], *, log_levels=(), print_config: bool = False,
+        environ=None, authorizer: Authorizer | None = None, fs: FileSystem = OS) -> int:
+    """`logstore broker`: serve until a signal; the exit status (0, 1 runtime failure, 2 usage or config).
+
+    A failure the user can fix is one or two lines on stderr; the traceback too at --log-level DEBUG.
+    """
+    environ = os.environ if environ is None else environ
+    debug = False
+    try:
+        root, loggers = parse_log_levels([*((v, environ[v]) for v in LEVEL_VARIABLES if environ.get(v, "").strip()),
+                                          *(("--log-level", item) for item in log_levels)])
+        logging.addLevelName(TRACE, "TRACE")
+        logging.basicConfig(level=logging.INFO if root is None else root, format=LOG_FORMAT)
+        for name, level in loggers.items():
+            logging.getLogger(name).setLevel(level)
+        debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+        config = BrokerConfig.load(config_path, overrides, environ)
+    except StartError as exc:
+        return _failed(exc, debug)
+    except InvalidConfigError as exc:
+        return _failed(StartError(str(exc), 2), debug, exc)
+    config_log = logging.getLogger(BrokerConfig.__module__)
+    for line in config.warnings():
+        config_log.warning("%s", line)
+    if print_config:
+        sys.stdout.write("".join(f"{name} = {value}\n" for name, value in config.values()))
+        return 0
+    try:
+        if authorizer is None:
+            authorizer = configured_authorizer(config)
+        _probe_listener(config)  # before the values, so a port in use is the only thing said
+    except StartError as exc:
+        return _failed(exc, debug)
+    config_log.info("BrokerConfig values:\n%s", "\n".join(f"\t{name} = {value}" for name, value in config.values()))
+
+    def ready(host, port):
+        # One line on stdout that tests and scripts wait for.
+        print(f"logstore broker listening on {f'[{host}]' if ':' in host else host}:{port}", flush=True)
+    try:
+        import uvloop
+    except ImportError:
+        uvloop = None
+    try:
+        (uvloop.run if uvloop is not None else asyncio.run)(run_broker(config, ready, authorizer, fs))
+    except StartError as exc:
+        return _failed(exc, debug)
+    except LogStoreError as exc:
+        # A log dir held by another process (LogDirLockedError), a storage failure: the message says which.
+        return _failed(StartError(str(exc), 1), debug, exc)
+    except OSError as exc:
+        return _failed(StartError(f"I/O error: {exc}", 1), debug, exc)
+    return 0
+
+
+def _failed(exc: StartError, debug: bool, cause: BaseException | None = None) -> int:
+    """Say why on stderr (with the traceback of `cause` or `exc` at DEBUG); the exit status."""
+    if debug:
+        traceback.print_exception(cause or exc)
+    sys.stderr.write(f"logstore broker: {exc}\n")
+    sys.stderr.flush()
+    return exc.status
+
+
+def _where(config: BrokerConfig, name: str) -> str:
+    origin = config.origins.get(name)
+    return f"{name}={config[name]}, from {origin}" if origin else f"{name}={config[name]}, the default"
+
+
+def _probe_listener(config: BrokerConfig) -> None:
+    """Bind the listener's addresses once and let go (as the server will bind them: SO_REUSEADDR, IPv6-only)."""
+    listener = config.listener
+    if listener.port == 0:
+        return
+    try:
+        addresses = socket.getaddrinfo(listener.host or None, listener.port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+        for family, kind, proto, _, address in addresses:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                sock.bind(address)
+    except OSError as exc:
+        raise StartError(_listen_failure(config, exc)) from exc
+
+
+def _listen_failure(config: BrokerConfig, exc: OSError) -> str:
+    listener = config.listener
+    where = f"cannot listen on {listener.host or '*'}:{listener.port} ({_where(config, 'listeners')})"
+    if isinstance(exc, socket.gaierror):
+        return f"{where}: host {listener.host!r} does not resolve ({exc.strerror})"
+    if exc.errno == errno.EADDRINUSE:
+        return (f"{where}: the port is in use\n"
+                "another process (a broker?) listens there: stop it, or give listeners another port")
+    if exc.errno == errno.EACCES:
+        return f"{where}: permission denied (ports below 1024 need privileges)"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{where}: {listener.host} is not an address of this machine"
+    return f"{where}: {exc.strerror or exc}"
+
+
+def _log_dir_failure(config: BrokerConfig, exc: OSError) -> str:
+    path = os.fsdecode(exc.filename) if exc.filename is not None else None
+    log_dir = next((d for d in config.log_dirs if path is not None and (path == d or path.startswith(d + os.sep))),
+                   None)
+    if log_dir is None:  # a parent that cannot be created, or a file elsewhere
+        log_dir = next((d for d in config.log_dirs if path is not None and d.startswith(path + os.sep)),
+                       ",".join(config.log_dirs))
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR) and path is not None:
+        blocking = path
+        while blocking != os.path.dirname(blocking) and not os.path.lexists(blocking):
+            blocking = os.path.dirname(blocking)
+        why = f"{blocking} is not a directory"
+    else:
+        why = f"{exc.strerror or exc}" + (f" ({path})" if path and path != log_dir else
+                                          "" if os.path.isdir(log_dir) else " (creating it)")
+    return f"cannot use log dir {log_dir} ({_where(config, 'log.dirs')}): {why}"

@@ -1,0 +1,205 @@
+"""The file-system seam: every file operation of the storage library goes through a `FileSystem`.
+
+Descriptor-level, like the `os` calls it replaces: a segment's descriptor is
+shared by its writer, any number of preads and `sendfile` (`FileSlice`), so a
+handle object would only wrap the int those need. `OsFileSystem` passes every
+call to `os` and looks the function up at call time (the storage benchmark
+counts fsyncs by patching `os.fsync`); `OS` is the instance modules default to.
+Tests substitute `tests/storage/fault_fs.py`'s `FaultFileSystem`, which
+remembers what was fsynced and can lose the rest, as a power cut does.
+
+What a caller may rely on, as POSIX gives it: data written is durable only
+after `fsync`/`fdatasync` of its file; a create, rename or unlink only after
+`fsync_dir` of its directory; `rename` replaces its target atomically.
+"""
+from __future__ import annotations
+
+import fcntl
+import mmap
+import os
+import shutil
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+__all__ = ["FileSystem", "OsFileSystem", "OS"]
+
+
+@runtime_checkable
+class FileSystem(Protocol):
+    """What storage does to files and directories (descriptors are the OS's ints)."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """A descriptor for `path` (os.open's flags)."""
+
+    def close(self, fd: int) -> None:
+        """Close a descriptor this file system opened."""
+
+    def pread(self, fd: int, size: int, position: int) -> bytes:
+        """Up to `size` bytes at `position`."""
+
+    def pwrite(self, fd: int, data: Buffer, position: int) -> int:
+        """Write `data` at `position`; the bytes written."""
+
+    def write(self, fd: int, data: Buffer) -> int:
+        """Write `data` at the descriptor's offset; the bytes written."""
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Set the file's length to `size` bytes."""
+
+    def size(self, fd: int) -> int:
+        """The file's length in bytes."""
+
+    def fsync(self, fd: int) -> None:
+        """Make the file's data and length durable."""
+
+    def fdatasync(self, fd: int) -> None:
+        """Make the file's data durable (what an acknowledged append needs)."""
+
+    def mmap(self, fd: int, length: int, *, writable: bool) -> mmap.mmap:
+        """Map the first `length` bytes; writes through a writable map are durable after `fsync`."""
+
+    def flock(self, fd: int) -> None:
+        """Take an exclusive lock on the open file, or raise BlockingIOError."""
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move `src` to `dst`, atomically replacing any file there."""
+
+    def unlink(self, path: str) -> None:
+        """Remove a file (FileNotFoundError if there is none)."""
+
+    def listdir(self, path: str) -> list[str]:
+        """The names in a directory."""
+
+    def exists(self, path: str) -> bool:
+        """Whether anything is at `path`."""
+
+    def isdir(self, path: str) -> bool:
+        """Whether `path` is a directory."""
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Create a directory and its missing parents."""
+
+    def rmtree(self, path: str) -> None:
+        """Remove a directory and everything under it, ignoring errors."""
+
+    def fsync_dir(self, path: str) -> None:
+        """Make the creates, renames and unlinks in a directory durable."""
+
+    def mtime(self, path: str) -> float:
+        """The file's modification time (seconds since the epoch)."""
+
+    def set_mtime(self, path: str, mtime: float) -> None:
+        """Set the file's access and modification times to `mtime`."""
+
+    def read_file(self, path: str) -> bytes:
+        """The whole content of a small file."""
+
+
+class OsFileSystem:
+    """The real file system: each call is the `os` function of the same name."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        """A descriptor for `path` (os.open's flags)."""
+        return os.open(path, flags, mode)
+
+    def close(self, fd: int) -> None:
+        """Close a descriptor this file system opened."""
+        os.close(fd)
+
+    def pread(self, fd: int, size: int, position: int) -> bytes:
+        """Up to `size` bytes at `position`."""
+        return os.pread(fd, size, position)
+
+    def pwrite(self, fd: int, data: Buffer, position: int) -> int:
+        """Write `data` at `position`; the bytes written."""
+        return os.pwrite(fd, data, position)
+
+    def write(self, fd: int, data: Buffer) -> int:
+        """Write `data` at the descriptor's offset; the bytes written."""
+        return os.write(fd, data)
+
+    def truncate(self, fd: int, size: int) -> None:
+        """Set the file's length to `size` bytes."""
+        os.ftruncate(fd, size)
+
+    def size(self, fd: int) -> int:
+        """The file's length in bytes."""
+        return os.fstat(fd).st_size
+
+    def fsync(self, fd: int) -> None:
+        """Make the file's data and length durable."""
+        os.fsync(fd)
+
+    def fdatasync(self, fd: int) -> None:
+        """Make the file's data durable (what an acknowledged append needs)."""
+        os.fdatasync(fd)
+
+    def mmap(self, fd: int, length: int, *, writable: bool) -> mmap.mmap:
+        """Map the first `length` bytes; writes through a writable map are durable after `fsync`."""
+        return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+
+    def flock(self, fd: int) -> None:
+        """Take an exclusive lock on the open file, or raise BlockingIOError."""
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move `src` to `dst`, atomically replacing any file there."""
+        os.replace(src, dst)
+
+    def unlink(self, path: str) -> None:
+        """Remove a file (FileNotFoundError if there is none)."""
+        os.unlink(path)
+
+    def listdir(self, path: str) -> list[str]:
+        """The names in a directory."""
+        return os.listdir(path)
+
+    def exists(self, path: str) -> bool:
+        """Whether anything is at `path`."""
+        return os.path.exists(path)
+
+    def isdir(self, path: str) -> bool:
+        """Whether `path` is a directory."""
+        return os.path.isdir(path)
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Create a directory and its missing parents."""
+        os.makedirs(path, exist_ok=exist_ok)
+
+    def rmtree(self, path: str) -> None:
+        """Remove a directory and everything under it, ignoring errors."""
+        shutil.rmtree(path, ignore_errors=True)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make the creates, renames and unlinks in a directory durable."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def mtime(self, path: str) -> float:
+        """The file's modification time (seconds since the epoch)."""
+        return os.stat(path).st_mtime
+
+    def set_mtime(self, path: str, mtime: float) -> None:
+        """Set the file's access and modification times to `mtime`."""
+        os.utime(path, (mtime, mtime))
+
+    def read_file(self, path: str) -> bytes:
+        """The whole content of a small file."""
+        fd = self.open(path, os.O_RDONLY)
+        try:
+            chunks = []
+            position = 0
+            while chunk := self.pread(fd, 1 << 20, position):
+                chunks.append(chunk)
+                position += len(chunk)
+            return b"".join(chunks)
+        finally:
+            self.close(fd)
+
+
+OS = OsFileSystem()
