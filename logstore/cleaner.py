@@ -41,6 +41,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from logstore.errors import StorageError
 from logstore.filenames import CLEANED_SUFFIX
@@ -50,12 +51,17 @@ from logstore.index import AbortedTxn
 from logstore.log import Log
 from logstore.native.cleaner import OffsetMap, empty_batch, filter_batch
 from logstore.read_committed import collect_aborted
-from logstore.segment import LogSegment, segments_between
+from logstore.segment import HasBaseOffset, LogSegment, segments_between
+
+if TYPE_CHECKING:
+    from logstore.formats.kafka import BatchHeader
 
 log = logging.getLogger(__name__)
 
 DEFAULT_DEDUPE_BUFFER_BYTES = 128 * 1024 * 1024   # log.cleaner.dedupe.buffer.size
 DEFAULT_IO_BUFFER_BYTES = 512 * 1024   # log.cleaner.io.buffer.size: what one read takes (a larger batch: whole)
+
+_Segment = TypeVar("_Segment", bound=HasBaseOffset)
 
 
 class CleaningAborted(StorageError):
@@ -106,7 +112,7 @@ class CleanerStats:
         return self.bytes_read - self.bytes_written
 
 
-def covering(segments: Sequence, start: int, end: int) -> list:
+def covering(segments: Sequence[_Segment], start: int, end: int) -> list[_Segment]:
     """The segments that may hold offsets in [start, end), by base offsets alone."""
     if start >= end:
         return []
@@ -144,7 +150,7 @@ def log_to_clean(log: Log, checkpoint: int | None, now_ms: int) -> LogToClean:
                       sum(s.size for s in cleanable), needs_now)
 
 
-def _whole_entries(buf) -> int:
+def _whole_entries(buf: memoryview) -> int:
     """How many leading bytes of `buf` are whole entries (Kafka framing: offset, then size)."""
     pos, end = 0, len(buf)
     while (prefix := entry_prefix(buf, pos)) is not None:
@@ -185,9 +191,9 @@ class TransactionTracker:
     the transaction, and a COMMIT marker stays while a round saw its data.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._pending: list[AbortedTxn] = []
-        self._aborted: dict[int, list] = {}   # producer id -> [AbortedTxn, saw data]
+        self._aborted: dict[int, list[AbortedTxn | bool]] = {}   # producer id -> [AbortedTxn, saw data]
         self._committed: set[int] = set()
         self.kept_aborted: list[AbortedTxn] = []
 
@@ -202,7 +208,7 @@ class TransactionTracker:
             txn = self._pending.pop(0)
             self._aborted.setdefault(txn.producer_id, [txn, False])
 
-    def on_data(self, header) -> bool:
+    def on_data(self, header: BatchHeader) -> bool:
         """A data batch was read; True if it belongs to an aborted transaction."""
         self._reach(header.last_offset)
         if not header.is_transactional:
@@ -214,7 +220,7 @@ class TransactionTracker:
         self._committed.add(header.producer_id)
         return False
 
-    def on_marker(self, header, marker_type: str) -> bool:
+    def on_marker(self, header: BatchHeader, marker_type: str) -> bool:
         """A control batch was read (its marker's type name, EMPTY once emptied); True if it may go."""
         self._reach(header.last_offset)
         if marker_type == "EMPTY":
@@ -222,7 +228,7 @@ class TransactionTracker:
         if marker_type == "ABORT":
             aborted = self._aborted.pop(header.producer_id, None)
             if aborted is not None and aborted[1]:
-                self.kept_aborted.append(aborted[0])
+                self.kept_aborted.append(cast(AbortedTxn, aborted[0]))  # the pair is [AbortedTxn, saw data]
                 return False
             return True
         if marker_type == "COMMIT":
@@ -276,13 +282,13 @@ class Cleaner:
                  fs: FileSystem = OS):
         self._map_size = (dedupe_buffer_bytes, load_factor)
         self._fs = fs
-        self._offset_map = None
+        self._offset_map: OffsetMap | None = None
         self._clock = clock or (lambda: int(time.time() * 1000))
         self._should_stop = should_stop
         self._read_chunk = io_buffer_bytes
 
     @property
-    def offset_map(self):
+    def offset_map(self) -> OffsetMap:
         """The map, allocated at the first round (most stores never compact anything)."""
         if self._offset_map is None:
             self._offset_map = OffsetMap(*self._map_size)
@@ -342,6 +348,8 @@ class Cleaner:
                     if entry.base_offset >= upper:
                         return end
                     if entry.magic == 2:
+                        # Magic 2: a v2 batch header, which mypy cannot tell from the byte.
+                        entry = cast("BatchHeader", entry)
                         if entry.is_control:
                             tracker.on_marker(entry, fmt.read_marker(buf, entry.position).type_name)
                         elif not tracker.on_data(entry) and entry.last_offset >= start:
@@ -384,10 +392,13 @@ class Cleaner:
                                             segment.read_next_offset()))
         for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
             for entry in fmt.iter_entries(buf):
-                if entry.magic == 2 and entry.is_control:
-                    tracker.on_marker(entry, fmt.read_marker(buf, entry.position).type_name)
-                elif entry.magic == 2:
-                    tracker.on_data(entry)
+                if entry.magic == 2:
+                    # Magic 2: a v2 batch header, which mypy cannot tell from the byte.
+                    entry = cast("BatchHeader", entry)
+                    if entry.is_control:
+                        tracker.on_marker(entry, fmt.read_marker(buf, entry.position).type_name)
+                    else:
+                        tracker.on_data(entry)
 
     def _clean_group(self, target: Log, group: list[LogSegment], tracker: TransactionTracker,
                      last_of_producers: Mapping[int, tuple[int | None, int]], now: int,
@@ -433,6 +444,8 @@ class Cleaner:
         for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
             self._check(target)
             stats.bytes_read += len(buf)
+            out: list[bytes | memoryview]
+            sizes: list[tuple[int, int, int]]
             out, sizes = [], []
             for entry in fmt.iter_entries(buf):
                 if entry.magic != 2:
@@ -440,6 +453,8 @@ class Cleaner:
                     out.append(kept)
                     sizes.append((len(kept), entry.last_offset, fmt.entry_bounds(buf, entry).max_timestamp))
                     continue
+                # Magic 2: a v2 batch header, which mypy cannot tell from the byte.
+                entry = cast("BatchHeader", entry)
                 stats.records_read += entry.record_count
                 if entry.is_control:
                     marker = fmt.read_marker(buf, entry.position).type_name
@@ -464,7 +479,9 @@ class Cleaner:
                 # An untouched batch is a view of the read buffer: joined below, copied once.
                 stats.records_kept += kept_count
                 out.append(result)
-                sizes.append((len(result), entry.last_offset, peek_header(result).max_timestamp))
+                # A whole batch the filter kept: its header is all there.
+                sizes.append((len(result), entry.last_offset,
+                              peek_header(result).max_timestamp))  # type: ignore[union-attr]
             if out:
                 data = b"".join(out)
                 cleaned.append(data, sizes)

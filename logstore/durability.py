@@ -20,7 +20,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .errors import StorageError
@@ -58,7 +58,7 @@ class GroupCommit:
         self._writes_started = 0
         self._writes_done = 0
         self._urgent = 0
-        self._waiters: list[tuple[int, int, Future]] = []
+        self._waiters: list[tuple[int, int, Future[int]]] = []
         self._order = itertools.count()
         self._driving = False
         self.last_flush = time.monotonic()
@@ -83,7 +83,7 @@ class GroupCommit:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def urgent(self):
+    def urgent(self) -> Iterator[None]:
         """For holders of the log's lock: leaders stop waiting for appends that need that lock."""
         with self._cond:
             self._urgent += 1
@@ -95,7 +95,7 @@ class GroupCommit:
                 self._urgent -= 1
 
     @contextlib.contextmanager
-    def idle(self):
+    def idle(self) -> Iterator[None]:
         """Hold off fsyncs while the caller changes the segments under them."""
         with self.urgent(), self._cond:
             while self._flushing:
@@ -146,15 +146,15 @@ class GroupCommit:
         if self.failure is not None:
             raise StorageError(f"log {self._name} is offline after a failed fsync: {self.failure}")
 
-    def _pop_ready(self) -> list[Future]:
+    def _pop_ready(self) -> list[Future[int]]:
         ready = []
         while self._waiters and self._waiters[0][0] <= self._recovery_point:
             ready.append(heapq.heappop(self._waiters)[2])
         return ready
 
-    def durable(self, offset: int) -> Future:
+    def durable(self, offset: int) -> Future[int]:
         """A future that completes (with the recovery point) once every offset below `offset` is on disk."""
-        fut: Future = Future()
+        fut: Future[int] = Future()
         with self._cond:
             if self._recovery_point >= offset:
                 fut.set_result(self._recovery_point)
@@ -208,7 +208,7 @@ class GroupCommit:
 class RollFlusher:
     """One background thread that flushes segments that just rolled, as Kafka's scheduler does."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._cond = threading.Condition()
         self._queue: list[tuple[Callable[[int], None], int, str]] = []
         self._thread: threading.Thread | None = None

@@ -30,7 +30,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, cast
 
 from logstore.config import LogConfig
 from logstore.epoch_cache import LeaderEpochCache
@@ -40,9 +40,12 @@ from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn, CorruptIndexError
 from logstore.leftover_files import find_segment_files, settle_leftovers
-from logstore.producer_rebuild import ScanReplay, reload_producer_state
+from logstore.producer_rebuild import ScanReplay, SnapshotLoad, reload_producer_state
 from logstore.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
 from logstore.segment import LogSegment
+
+if TYPE_CHECKING:
+    from logstore.formats.kafka import BatchHeader, Entry
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +88,7 @@ class RecoveryReport:
     log_end_offset: int = 0
     recovery_point: int = 0
     seconds: float = 0.0
-    producer_state: Any = None
+    producer_state: SnapshotLoad | None = None
     """How the producer state was rebuilt (`producer_rebuild.SnapshotLoad`)."""
     mode: LoadMode = LoadMode.WRITE
 
@@ -131,7 +134,9 @@ class LoadedLog:
     @property
     def last_stable_offset(self) -> int:
         """Where read_committed reads stop (the log end is the high watermark on one node)."""
-        return self.producers.last_stable_offset(self.log_start_offset, self.log_end_offset)
+        # load_log always gives the producer state.
+        return self.producers.last_stable_offset(  # type: ignore[union-attr]
+            self.log_start_offset, self.log_end_offset)
 
     def close(self) -> None:
         """Close every segment (a load that is not handed to a `Log`)."""
@@ -155,7 +160,7 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
              clean_shutdown: bool = False, recovery_point: int = 0, log_start_offset: int = 0,
              fmt: LogFormat = DEFAULT_FORMAT,
              epoch_cache: LeaderEpochCache | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
-             on_batch: Callable | None = None, fs: FileSystem = OS) -> LoadedLog:
+             on_batch: Callable[[LogSegment, Entry], None] | None = None, fs: FileSystem = OS) -> LoadedLog:
     """Open the segments of a partition directory and rebuild its producer state, recovering as Kafka would.
 
     Epochs of scanned batches newer than `epoch_cache` knows are assigned to
@@ -226,13 +231,23 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
     return LoadedLog(segments, log_end_offset, start, report.recovery_point, report, producers, aborted)
 
 
+class _SegmentOptions(TypedDict):
+    """What `_open_segments` opens every `LogSegment` with."""
+
+    index_interval_bytes: int
+    max_index_size: int
+    fmt: LogFormat
+    writable: bool
+    fs: FileSystem
+
+
 def _open_segments(directory: str, found: dict[int, str], config: LogConfig, fmt: LogFormat,
                    write: bool, fs: FileSystem) -> tuple[list[LogSegment], dict[int, list[str]]]:
     """The segments of `found` (base offset → state suffix), and the index files each lacked."""
     segments: list[LogSegment] = []
     lacking: dict[int, list[str]] = {}
-    opts = dict(index_interval_bytes=config.index_interval_bytes, max_index_size=config.segment_index_bytes,
-                fmt=fmt, writable=write, fs=fs)
+    opts: _SegmentOptions = dict(index_interval_bytes=config.index_interval_bytes,
+                                 max_index_size=config.segment_index_bytes, fmt=fmt, writable=write, fs=fs)
     try:
         for base, suffix in found.items():
             missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
@@ -276,28 +291,33 @@ def _index_problem(segment: LogSegment) -> str | None:
     return None
 
 
-def _batch_hook(replay: ScanReplay, epoch_cache: LeaderEpochCache | None, on_batch: Callable | None):
+def _batch_hook(replay: ScanReplay, epoch_cache: LeaderEpochCache | None,
+                on_batch: Callable[[LogSegment, Entry], None] | None
+                ) -> Callable[[LogSegment], Callable[[Entry], None]]:
     """The per-entry callback of the scan of one segment: producer state, leader epochs, `on_batch`."""
     latest = [-1]
 
-    def for_segment(segment):
+    def for_segment(segment: LogSegment) -> Callable[[Entry], None]:
         entry_hook = replay.entry
         if epoch_cache is None and on_batch is None:
             return lambda entry: entry_hook(segment, entry)
         latest[0] = -1 if epoch_cache is None or epoch_cache.latest_epoch is None else epoch_cache.latest_epoch
 
-        def hook(entry):
+        def hook(entry: Entry) -> None:
             entry_hook(segment, entry)
-            if epoch_cache is not None and entry.magic >= 2 and entry.partition_leader_epoch > latest[0]:
-                latest[0] = entry.partition_leader_epoch
-                epoch_cache.assign(latest[0], entry.base_offset)
+            if epoch_cache is not None and entry.magic >= 2:
+                # Recovery refuses magic > 2: a v2 batch header, which mypy cannot tell from the byte.
+                entry = cast("BatchHeader", entry)
+                if entry.partition_leader_epoch > latest[0]:
+                    latest[0] = entry.partition_leader_epoch
+                    epoch_cache.assign(latest[0], entry.base_offset)
             if on_batch is not None:
                 on_batch(segment, entry)
         return hook
     return for_segment
 
 
-def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> bool:
+def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch: Callable[[Entry], None] | None) -> bool:
     """Rebuild one segment; True if bytes were cut off its end."""
     size = segment.size
     truncated, error = segment.recover(on_batch)
@@ -311,8 +331,8 @@ def _recover_segment(segment: LogSegment, report: RecoveryReport, on_batch) -> b
     return bool(truncated)
 
 
-def _recover_from(segments: list[LogSegment], first: int, report: RecoveryReport, batch_hook,
-                  write: bool) -> list[LogSegment]:
+def _recover_from(segments: list[LogSegment], first: int, report: RecoveryReport,
+                  batch_hook: Callable[[LogSegment], Callable[[Entry], None]], write: bool) -> list[LogSegment]:
     """Scan `segments[first:]`; the first cut ends the log. Returns the segments that remain."""
     for i in range(first, len(segments)):
         if _recover_segment(segments[i], report, batch_hook(segments[i])):

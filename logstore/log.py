@@ -16,6 +16,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
@@ -32,10 +33,16 @@ from logstore.producer_state import (
     DEFAULT_EXPIRATION_MS,
     ORIGIN_CLIENT,
     ORIGIN_COORDINATOR,
+    ProducerEntry,
     ProducerStateManager,
 )
 from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
 from logstore.segment import FileSlice, LogSegment, segments_between
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from logstore.formats.kafka import AppendInfo, Entry, Record
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +93,15 @@ class FetchData:
 __all__ = ["AppendResult", "FetchData", "Log"]
 
 
+class _RecordsOptions(TypedDict, total=False):
+    """What `Log.read_records` passes on to `Log.iter_records`."""
+
+    max_offset: int | None
+    include_control: bool
+    chunk_bytes: int
+    isolation: str
+
+
 class Log:
     """A partition log: append, read, roll, truncate, retention, flush."""
 
@@ -123,8 +139,8 @@ class Log:
     @classmethod
     def open(cls, directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
              recovery_point: int = 0, log_start_offset: int = 0, fmt: LogFormat = DEFAULT_FORMAT,
-             on_batch: Callable | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
-             fs: FileSystem = OS) -> Log:
+             on_batch: Callable[[LogSegment, Entry], None] | None = None,
+             producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fs: FileSystem = OS) -> Log:
         """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean
         (`loader.load_log`: segments, offsets and producer state come from there)."""
         config = config or LogConfig()
@@ -201,7 +217,8 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(self, records, *, leader_epoch: int = 0, client: bool = True, durable: bool = False) -> AppendResult:
+    def append(self, records: Buffer, *, leader_epoch: int = 0, client: bool = True,
+               durable: bool = False) -> AppendResult:
         """Validate a records field, give it the next offsets and write it.
 
         `client=True` applies Kafka's produce rules (internal writers pass
@@ -233,7 +250,7 @@ class Log:
             self.flush()
         return result
 
-    def _append_locked(self, buf, info, leader_epoch: int, origin: int) -> AppendResult:
+    def _append_locked(self, buf: Buffer, info: AppendInfo, leader_epoch: int, origin: int) -> AppendResult:
         self._check_open()
         self._group.check_healthy()
         config = self.config
@@ -270,9 +287,10 @@ class Log:
         return AppendResult(first, last, max_ts, offset_of_max, append_time if append_time is not None else -1,
                             self._log_start_offset, info.record_count, info.size)
 
-    def append_records(self, values: Iterable, *, keys: Sequence | None = None, headers: Sequence | None = None,
-                       timestamps=None, compression: int = 0, durable: bool = False, producer_id: int = -1,
-                       producer_epoch: int = -1, base_sequence: int = -1,
+    def append_records(self, values: Iterable[bytes | None], *, keys: Sequence[bytes | None] | None = None,
+                       headers: Sequence[Sequence[tuple[str | bytes, bytes | None]]] | None = None,
+                       timestamps: int | Sequence[int] | None = None, compression: int = 0, durable: bool = False,
+                       producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                        transactional: bool = False) -> AppendResult:
         """Build one batch from values (and keys, headers, timestamps) and append it.
 
@@ -296,7 +314,7 @@ class Log:
         marker = self.format.build_control_batch(commit, coordinator_epoch, producer_id, producer_epoch, timestamp)
         return self.append(bytearray(marker), leader_epoch=leader_epoch, client=False, durable=durable)
 
-    def producer_entries(self) -> list:
+    def producer_entries(self) -> list[ProducerEntry]:
         """Every producer this partition remembers (DescribeProducers), by producer id, read between appends."""
         with self._lock:
             return sorted(self.producers.entries().values(), key=lambda e: e.producer_id)
@@ -350,7 +368,7 @@ class Log:
         """Make every offset below `offset` (default: all) durable; concurrent callers share fsyncs."""
         self._group.flush(offset)
 
-    def durable(self, offset: int) -> Future:
+    def durable(self, offset: int) -> Future[int]:
         """A future that completes once every offset below `offset` is on disk, without blocking."""
         return self._group.durable(offset)
 
@@ -429,7 +447,7 @@ class Log:
 
     def iter_records(self, offset: int | None = None, *, max_offset: int | None = None,
                      include_control: bool = False, chunk_bytes: int = 1 << 20,
-                     isolation: str = READ_UNCOMMITTED) -> Iterator:
+                     isolation: str = READ_UNCOMMITTED) -> Iterator[Record]:
         """Every record from `offset` (default: the log start) below `max_offset`, decoded.
 
         `read_committed` stops at the last stable offset and leaves out the
@@ -452,14 +470,15 @@ class Log:
                 if offset <= record.offset < upper:
                     yield record
 
-    def iter_batches(self, offset: int | None = None, *, chunk_bytes: int = 1 << 20) -> Iterator:
+    def iter_batches(self, offset: int | None = None, *,
+                     chunk_bytes: int = 1 << 20) -> Iterator[tuple[Entry, list[Record]]]:
         """Every batch from the one holding `offset` (default: the log start) to the log end, as
         (header, records): what a coordinator replays, producer ids and control batches included."""
         offset = self._log_start_offset if offset is None else offset
         for entry, buf in self._iter_entries(offset, self._next_offset, chunk_bytes):
             yield entry, self.format.decode_entry(buf, entry)
 
-    def _iter_entries(self, offset: int, upper: int, chunk_bytes: int) -> Iterator:
+    def _iter_entries(self, offset: int, upper: int, chunk_bytes: int) -> Iterator[tuple[Entry, bytes]]:
         """(entry, the buffer it lies in) for the entries holding offsets from `offset` below `upper`."""
         fmt = self.format
         while offset < upper:
@@ -476,7 +495,8 @@ class Log:
                 raise StorageError(f"{self.directory}: no whole batch at offset {offset}")
             offset = next_offset
 
-    def read_records(self, offset: int, max_records: int | None = None, **kwargs) -> list:
+    def read_records(self, offset: int, max_records: int | None = None,
+                     **kwargs: Unpack[_RecordsOptions]) -> list[Record]:
         """Decoded records from `offset`, at most `max_records`."""
         found = []
         for record in self.iter_records(offset, **kwargs):
@@ -501,8 +521,8 @@ class Log:
             max_ts, batch_last = best.max_timestamp_and_offset
             if max_ts < 0:
                 return None
-            found = best.translate_offset(batch_last)
-            start = found.base_offset if found is not None else best.base_offset
+            holding = best.translate_offset(batch_last)
+            start = holding.base_offset if holding is not None else best.base_offset
             return best.find_offset_by_timestamp(max_ts, max(start, self._log_start_offset))
         if timestamp < 0:
             raise ValueError(f"unknown special timestamp {timestamp}")
@@ -596,7 +616,7 @@ class Log:
             if config.retention_bytes >= 0:
                 excess = self.size - config.retention_bytes
 
-                def over_size(seg, nxt):
+                def over_size(seg: LogSegment, nxt: LogSegment) -> bool:
                     nonlocal excess
                     if excess - seg.size < 0:
                         return False
@@ -605,7 +625,7 @@ class Log:
                 deleted += self._delete_segments(over_size)
             return deleted
 
-    def _delete_segments(self, predicate) -> int:
+    def _delete_segments(self, predicate: Callable[[LogSegment, LogSegment], bool]) -> int:
         """Delete the oldest segments while `predicate(segment, next)` holds, keeping the active one."""
         segments = self._segments
         count = 0
@@ -709,7 +729,7 @@ class Log:
     def __enter__(self) -> Log:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

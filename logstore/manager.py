@@ -21,11 +21,11 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from logstore.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -64,6 +64,9 @@ from logstore.topics import (
     validate_topic_name,
 )
 
+if TYPE_CHECKING:
+    from logstore.loader import RecoveryReport
+
 log = logging.getLogger(__name__)
 
 DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
@@ -91,6 +94,25 @@ def partition_key(name: str) -> tuple[str, int] | None:
     except (ValueError, InvalidTopicError):
         return None
     return key
+
+
+class _OpenOptions(TypedDict, total=False):
+    """What `LogManager._open_log` passes on to `Log.open`."""
+
+    clean_shutdown: bool
+    recovery_point: int
+    log_start_offset: int
+
+
+class _StoreOptions(TypedDict, total=False):
+    """What `open_store` passes on to `LogManager`."""
+
+    topic_configs: Mapping[str, Mapping[str, Any]] | None
+    fmt: LogFormat
+    broker_settings: Mapping[str, Any] | None
+    start_scheduler: bool
+    topic_defaults: Mapping[str, Mapping[str, Any]] | None
+    fs: FileSystem
 
 
 @dataclass(frozen=True)
@@ -138,7 +160,7 @@ class LogManager:
         self._stop = threading.Event()
         self._scheduler: threading.Thread | None = None
         self._closed = False
-        self.reports = []
+        self.reports: list[RecoveryReport | None] = []
         self._dir_locks: list[DirLock] = []
         try:
             for d in self.log_dirs:
@@ -215,6 +237,7 @@ class LogManager:
                                           else uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{topic}").bytes)
 
     def _load_topic_configs(self, present: set[str]) -> None:
+        stored: dict[str, dict[str, Any]]
         generation, stored = 0, {}
         for log_dir in self.log_dirs:
             try:
@@ -266,7 +289,7 @@ class LogManager:
             write_atomically(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data, fs=self.fs)
         self._stored_overrides = topics
 
-    def _open_log(self, path: str, config: LogConfig, **kwargs) -> Log:
+    def _open_log(self, path: str, config: LogConfig, **kwargs: Unpack[_OpenOptions]) -> Log:
         opened = Log.open(path, config, fmt=self.format, fs=self.fs,
                           producer_id_expiration_ms=int(self.settings["producer.id.expiration.ms"]), **kwargs)
         # Kafka rewrites the checkpoint at once: a stale recovery point above a truncation
@@ -274,7 +297,8 @@ class LogManager:
         opened.on_truncated = lambda _: self.checkpoint()
         return opened
 
-    def _load_one(self, log_dir, path, key, clean, recovery_point, log_start_offset) -> None:
+    def _load_one(self, log_dir: str, path: str, key: tuple[str, int], clean: bool, recovery_point: int,
+                  log_start_offset: int) -> None:
         topic, _ = key
         opened = self._open_log(path, self.config_for(topic), clean_shutdown=clean, recovery_point=recovery_point,
                                 log_start_offset=log_start_offset)
@@ -373,7 +397,7 @@ class LogManager:
     def _add_partitions(self, name: str, partitions: Iterable[int], topic_id: bytes, config: LogConfig) -> None:
         # Published together: `topics()` reads without the lock, and a partial partition count
         # would send keys hashed over it (group and transactional ids) to the wrong partition.
-        opened = {}
+        opened: dict[tuple[str, int], Log] = {}
         for partition in partitions:
             path = os.path.join(self._least_loaded_dir(opened), partition_dir_name(name, partition))
             self.fs.makedirs(path)
@@ -509,7 +533,7 @@ class LogManager:
             opened.flush_if_due()
 
     def _run_schedule(self) -> None:
-        intervals = {
+        intervals: dict[Callable[[], object], int] = {
             self.run_retention: self.settings["log.retention.check.interval.ms"],
             self.checkpoint: self.settings["log.flush.offset.checkpoint.interval.ms"],
             self.flush_due: self.settings["log.flush.scheduler.interval.ms"],
@@ -517,7 +541,7 @@ class LogManager:
         }
         due = {job: time.monotonic() + ms / 1000 for job, ms in intervals.items()}
         while not self._stop.is_set():
-            job = min(due, key=due.get)
+            job = min(due, key=due.get)  # type: ignore[arg-type]  # never None: `due` is asked for its own keys
             if self._stop.wait(max(0.0, due[job] - time.monotonic())):
                 return
             try:
@@ -568,10 +592,11 @@ class LogManager:
     def __enter__(self) -> LogManager:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def open_store(path: str | Iterable[str], config: Mapping[str, Any] | None = None, **kwargs) -> LogManager:
+def open_store(path: str | Iterable[str], config: Mapping[str, Any] | None = None,
+               **kwargs: Unpack[_StoreOptions]) -> LogManager:
     """Open (creating if needed) a store directory; the entry point for embedding."""
     return LogManager(path, config, **kwargs)

@@ -14,13 +14,17 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
 
 from logstore.errors import CorruptSnapshotError
 from logstore.formats import LogFormat
-from logstore.index import AbortedTxn
+from logstore.index import AbortedTxn, TxnIndex
 from logstore.native.producer_state import ProducerTable
 from logstore.producer_state import ProducerStateManager
 from logstore.segment import LogSegment, segments_between
+
+if TYPE_CHECKING:
+    from logstore.formats.kafka import BatchHeader, ControlRecord, Entry, ProducerBatch
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +49,7 @@ class AbortedSink:
     """Where a replay puts the transactions a marker aborts: always `found`, and the marker's
     segment's `.txnindex` when one is given (a writing recovery)."""
 
-    def __init__(self, found: list[AbortedTxn], txn_index=None):
+    def __init__(self, found: list[AbortedTxn], txn_index: TxnIndex | None = None):
         self.found = found
         self.txn_index = txn_index
 
@@ -88,7 +92,8 @@ def restore_to(producers: ProducerStateManager, candidates: Sequence[int], offse
             log.warning("%s: snapshot %d is corrupt (%s); using an older one", producers.directory, candidate, exc)
             report.corrupt_snapshots.append((candidate, str(exc)))
             if write:
-                producers.delete_snapshots(lambda o, bad=candidate: o != bad)
+                # mypy cannot type a lambda with more parameters than `keep` takes (`bad` binds the candidate).
+                producers.delete_snapshots(lambda o, bad=candidate: o != bad)  # type: ignore[misc]
             continue
         producers.restore(table, candidate, snapshot=candidate)
         report.snapshot_offset = candidate
@@ -105,7 +110,7 @@ def replay_range(producers: ProducerStateManager, segments: Sequence[LogSegment]
         found = segment.translate_offset(start) if start > segment.base_offset else None
         position = found.position if found is not None else 0
 
-        def read_marker(batch, segment=segment):
+        def read_marker(batch: ProducerBatch, segment: LogSegment = segment) -> ControlRecord:
             return fmt.read_marker(segment.fs.pread(segment.fd, batch.size, batch.position))
 
         for batch in segment.iter_bounds(position, peek=fmt.peek_producer_batch):
@@ -176,19 +181,23 @@ class ScanReplay:
                 report.rebuilt_txn_indexes.append(segment.base_offset)
         producers.map_end_offset = max(producers.map_end_offset, base_offset)
 
-    def entry(self, segment: LogSegment, entry) -> None:
+    def entry(self, segment: LogSegment, entry: Entry) -> None:
         """One entry the scan of `segment` found valid."""
         # The hot loop of a reopen after a crash: one call per batch of the unflushed tail.
         producers = self.producers
-        if entry.magic >= 2 and entry.producer_id >= 0:
-            if entry.is_control:
-                fmt = self.format
-                sink = AbortedSink(self.aborted, segment.txn_index if self.write else None)
-                producers.replay(
-                    entry, lambda b: fmt.read_marker(segment.fs.pread(segment.fd, b.size_in_bytes, b.position)), sink)
-            else:
-                producers.replay(entry, None)
-            self.report.replayed_batches += 1
+        if entry.magic >= 2:
+            # Recovery refuses magic > 2: a v2 batch header, which mypy cannot tell from the byte.
+            entry = cast("BatchHeader", entry)
+            if entry.producer_id >= 0:
+                if entry.is_control:
+                    fmt = self.format
+                    sink = AbortedSink(self.aborted, segment.txn_index if self.write else None)
+                    producers.replay(
+                        entry, lambda b: fmt.read_marker(segment.fs.pread(segment.fd, b.size_in_bytes, b.position)),
+                        sink)
+                else:
+                    producers.replay(entry, None)
+                self.report.replayed_batches += 1
         producers.map_end_offset = entry.last_offset + 1
 
     def finish(self, segments: Sequence[LogSegment], *, log_start_offset: int, log_end_offset: int) -> None:

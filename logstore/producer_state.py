@@ -17,8 +17,9 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from logstore.errors import (
     InvalidProducerEpochError,
@@ -31,6 +32,9 @@ from logstore.filesystem import OS, FileSystem
 from logstore.index import AbortedTxn, TxnIndex
 from logstore.native import producer_state as native
 from logstore.native.producer_state import ProducerEntry, ProducerTable
+
+if TYPE_CHECKING:
+    from logstore.formats.kafka import BatchHeader, ControlRecord, ProducerBatch
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,16 @@ class PreparedAppend:
     completed: list[CompletedTxn] = field(default_factory=list)
     duplicate: tuple[int, int, int] | None = None
     """(first offset, last offset, timestamp) of the cached batch a retry matched."""
+
+
+class AbortedTxnSink(Protocol):
+    """Where a replay puts the transactions a marker aborts: a `TxnIndex`, a list, `AbortedSink`."""
+
+    def append(self, txn: AbortedTxn, /) -> None: ...
+
+
+# What a replay reads producer fields from: a scanned header, or the head `peek_producer_batch` read.
+_Batch = TypeVar("_Batch", "BatchHeader", "ProducerBatch")
 
 
 def _raise_for(code: int, pid: int, epoch: int, detail: str) -> None:
@@ -133,7 +147,8 @@ class ProducerStateManager:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def prepare(self, batches: Iterable, first_offset: int, origin: int, read_marker) -> PreparedAppend | None:
+    def prepare(self, batches: Iterable[BatchHeader], first_offset: int, origin: int,
+                read_marker: Callable[[BatchHeader], ControlRecord]) -> PreparedAppend | None:
         """Check an append's batches in order against the table, staged; None if no batch has a producer.
 
         `batches` are header objects (producer_id, producer_epoch,
@@ -174,7 +189,8 @@ class ProducerStateManager:
             raise
         return prepared
 
-    def _stage_marker(self, batch, marker, offset: int, origin: int, prepared: PreparedAppend) -> None:
+    def _stage_marker(self, batch: BatchHeader, marker: ControlRecord, offset: int, origin: int,
+                      prepared: PreparedAppend) -> None:
         if marker.coordinator_epoch is None:
             return  # a control record that is not a transaction marker
         pid, epoch = batch.producer_id, batch.producer_epoch
@@ -197,7 +213,8 @@ class ProducerStateManager:
         if prepared is not None and self.table.staging:
             self.table.rollback()
 
-    def _apply_transactions(self, started, completed, txn_index: TxnIndex | None) -> None:
+    def _apply_transactions(self, started: Iterable[tuple[int, int]], completed: Iterable[CompletedTxn],
+                            txn_index: AbortedTxnSink | None) -> None:
         with self._heap_lock:
             for pid, first in started:
                 self._ongoing[pid] = first
@@ -213,13 +230,14 @@ class ProducerStateManager:
 
     # -- replay ----------------------------------------------------------------------------
 
-    def replay(self, batch, read_marker, txn_index=None) -> None:
+    def replay(self, batch: _Batch, read_marker: Callable[[_Batch], ControlRecord] | None,
+               txn_index: AbortedTxnSink | None = None) -> None:
         """Apply one batch already in the log (recovery): no checks; the transactions its marker aborts
         are appended to `txn_index` (a `TxnIndex`, or any sink with `append`) when it is given."""
         pid = batch.producer_id
         if pid >= 0:
             if batch.is_control:
-                marker = read_marker(batch)
+                marker = read_marker(batch)  # type: ignore[misc]  # None is passed only for data batches
                 if marker.coordinator_epoch is not None:
                     first = self.table.update_marker(pid, batch.producer_epoch, marker.coordinator_epoch,
                                                      batch.max_timestamp)
@@ -266,7 +284,7 @@ class ProducerStateManager:
         self._current_snapshot = self.map_end_offset
         return path
 
-    def delete_snapshots(self, keep) -> list[int]:
+    def delete_snapshots(self, keep: Callable[[int], bool]) -> list[int]:
         """Remove every snapshot whose offset fails `keep(offset)`; returns their offsets."""
         removed = []
         for offset in self.snapshot_offsets():

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from logstore.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -33,6 +34,11 @@ from logstore.loader import LoadMode, RecoveryReport, load_log
 from logstore.manager import DELETE_DIR, partition_key
 from logstore.read_committed import CommittedFilter, check_isolation
 from logstore.segment import LogSegment
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from logstore.formats.kafka import Entry, Record
 
 __all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
 
@@ -136,7 +142,7 @@ class PartitionView:
     def __enter__(self) -> PartitionView:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -180,7 +186,7 @@ class PartitionScan:
 
     def read_arrow(self, *, headers: bool = False, timestamp_types: bool = False,
                    batch_rows: int = DEFAULT_BATCH_ROWS, skip_deleted: bool = False,
-                   fmt: LogFormat = DEFAULT_FORMAT) -> Iterator:
+                   fmt: LogFormat = DEFAULT_FORMAT) -> Iterator[pa.RecordBatch]:
         """pyarrow RecordBatches (offset, timestamp in ms, key, value, then `timestampType` and
         `headers` when asked) of the records in range, aborted transactions and control records left
         out. A segment deleted since planning raises SegmentDeletedError, or is passed over with
@@ -203,7 +209,7 @@ class PartitionScan:
         if builder.count:
             yield builder.finish().to_arrow()
 
-    def _entries(self, fmt: LogFormat, skip_deleted: bool) -> Iterator:
+    def _entries(self, fmt: LogFormat, skip_deleted: bool) -> Iterator[tuple[Entry, bytes]]:
         """(entry, the chunk it lies in) for every whole entry holding offsets of the range."""
         for base in self.bases:
             try:
@@ -235,9 +241,9 @@ class PartitionScan:
             finally:
                 segment.close()
 
-    def _chunk_entries(self, fmt: LogFormat, buf) -> tuple[list, bool]:
+    def _chunk_entries(self, fmt: LogFormat, buf: bytes) -> tuple[list[Entry], bool]:
         """The whole entries of `buf` below the range's end, and whether the end was reached."""
-        found = []
+        found: list[Entry] = []
         try:
             for entry in fmt.iter_entries(buf):
                 if entry.base_offset >= self.end:
@@ -304,7 +310,8 @@ class StoreView:
                                   clean_shutdown=self._clean[os.path.dirname(directory)], fs=self.fs)
 
 
-def _legacy_arrow(records, entry, start: int, end: int, headers: bool, timestamp_types: bool):
+def _legacy_arrow(records: list[Record], entry: Entry, start: int, end: int, headers: bool,
+                  timestamp_types: bool) -> pa.RecordBatch:
     """A magic 0/1 entry's records as the same Arrow columns the builder gives."""
     import pyarrow as pa
     kept = [r for r in records if start <= r.offset < end]

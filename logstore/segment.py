@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
 from logstore.errors import CorruptRecordError
 from logstore.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_path
@@ -18,10 +19,28 @@ from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import DEFAULT_MAX_INDEX_SIZE, CorruptIndexError, OffsetIndex, TimeIndex, TxnIndex
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
+
+    from logstore.formats.kafka import Entry, EntryBounds, ProducerBatch
+
 __all__ = ["FileSlice", "LogSegment", "OffsetPosition"]
 
 # Reads walk batch headers a chunk at a time rather than one pread per header.
 SCAN_CHUNK = 8 * 1024
+
+
+class HasBaseOffset(Protocol):
+    """What `segments_between` reads of a segment: a `LogSegment`, or a tool's view of its file."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+
+_Segment = TypeVar("_Segment", bound=HasBaseOffset)
+_Index = TypeVar("_Index", OffsetIndex, TimeIndex)
+# What a `peek` given to `LogSegment.iter_bounds` reads an entry's head into.
+_Bounds = TypeVar("_Bounds", bound="EntryBounds | ProducerBatch")
 
 
 @dataclass(frozen=True)
@@ -46,7 +65,7 @@ class FileSlice:
         """The bytes of the range."""
         return os.pread(self.fd, self.size, self.position)
 
-    def readinto(self, buf) -> int:
+    def readinto(self, buf: Buffer) -> int:
         """Fill `buf` (at least `size` bytes) with the range; returns the bytes read."""
         view = memoryview(buf)[:self.size]
         done = 0
@@ -68,7 +87,7 @@ class FileSlice:
         return sent
 
 
-def segments_between(segments: Sequence[LogSegment], start: int, end: int) -> Iterator[tuple[LogSegment, bool]]:
+def segments_between(segments: Sequence[_Segment], start: int, end: int) -> Iterator[tuple[_Segment, bool]]:
     """The segments that may hold offsets in [start, end), oldest first, each with whether it is the newest."""
     for i, segment in enumerate(segments):
         newest = i + 1 == len(segments)
@@ -88,6 +107,9 @@ class LogSegment:
     cut it without cutting the file.
     """
 
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+
     def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE, fmt: LogFormat = DEFAULT_FORMAT,
                  writable: bool = True, suffix: str = "", fs: FileSystem = OS):
@@ -105,7 +127,8 @@ class LogSegment:
         self.created = time.time()
         # Whether the indexes take entries: a writable segment's, or a read-only one's built in memory.
         self.indexes_writable = writable
-        self.offset_index = self.time_index = None
+        # None only while they open: a failure below closes the offset index if it got that far.
+        self.offset_index = self.time_index = None  # type: ignore[assignment]
         try:
             self.offset_index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix)
             self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX + suffix)
@@ -128,7 +151,7 @@ class LogSegment:
         self._max_ts: tuple[int, int] | None = None
         self._rolling_ts: int | None = None
 
-    def _open_index(self, index_type, suffix: str):
+    def _open_index(self, index_type: type[_Index], suffix: str) -> _Index:
         path = offset_path(self.directory, self.base_offset, suffix)
         if self.writable or self.fs.exists(path):
             return index_type(path, self.base_offset, self.max_index_size, writable=self.writable, fs=self.fs)
@@ -193,7 +216,7 @@ class LogSegment:
 
     # -- appends ---------------------------------------------------------------------------
 
-    def append(self, data, batches: Sequence[tuple[int, int, int]]) -> int:
+    def append(self, data: Buffer, batches: Sequence[tuple[int, int, int]]) -> int:
         """Write whole batches at the end and index them; returns the position.
 
         `batches` holds `(size, last_offset, max_timestamp)` of each batch in
@@ -213,7 +236,8 @@ class LogSegment:
             self._merge_max_timestamp(max_timestamp, last_offset)
             if self.bytes_since_last_index_entry > self.index_interval_bytes:
                 self.offset_index.append(last_offset, batch_position)
-                self.time_index.maybe_append(*self._max_ts)
+                # Not None: `_merge_max_timestamp` above read it through `max_timestamp_and_offset`.
+                self.time_index.maybe_append(*self._max_ts)  # type: ignore[misc]
                 self.bytes_since_last_index_entry = 0
             batch_position += size
             self.bytes_since_last_index_entry += size
@@ -234,7 +258,16 @@ class LogSegment:
 
     # -- reads -----------------------------------------------------------------------------
 
-    def iter_bounds(self, position: int = 0, stop: int | None = None, peek=None) -> Iterator:
+    @overload
+    def iter_bounds(self, position: int = 0, stop: int | None = None, peek: None = None) -> Iterator[EntryBounds]: ...
+
+    @overload
+    def iter_bounds(self, position: int = 0, stop: int | None = None, *,
+                    peek: Callable[[bytes, int], _Bounds | None]) -> Iterator[_Bounds]: ...
+
+    def iter_bounds(self, position: int = 0, stop: int | None = None,
+                    peek: Callable[[bytes, int], EntryBounds | ProducerBatch | None] | None = None
+                    ) -> Iterator[EntryBounds | ProducerBatch]:
         """Framing of each whole entry from `position` up to `stop` (default: the end).
 
         `peek` (default: the format's `peek_entry`) reads an entry's head into
@@ -282,7 +315,7 @@ class LogSegment:
         size = max(max_size, found.size) if min_one_message else max_size
         return found, FileSlice(self.fd, found.position, min(limit - found.position, size))
 
-    def read_entry(self, bounds) -> bytes:
+    def read_entry(self, bounds: EntryBounds) -> bytes:
         """The whole bytes of one entry."""
         return self.fs.pread(self.fd, bounds.size, bounds.position)
 
@@ -339,7 +372,7 @@ class LogSegment:
         self._max_ts = (-1, self.base_offset)
         self.bytes_since_last_index_entry = 0
 
-    def recover(self, on_batch=None) -> tuple[int, CorruptRecordError | None]:
+    def recover(self, on_batch: Callable[[Entry], None] | None = None) -> tuple[int, CorruptRecordError | None]:
         """Rebuild the offset and time indexes from the log, cutting it at the first broken or partial entry.
 
         Every entry's CRC is checked and offsets must increase. `on_batch(entry)`
@@ -358,7 +391,7 @@ class LogSegment:
         base = self.base_offset
         previous_last = base - 1
         interval = self.index_interval_bytes
-        max_ts = self._max_ts
+        max_ts: tuple[int, int] = self._max_ts  # type: ignore[assignment]  # set by either branch above
         indexed_ts = max_ts[0]
         append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
         fmt = self.format
@@ -367,7 +400,10 @@ class LogSegment:
         # One native pass checks a segment of whole, valid batches; anything else
         # (a torn tail, a bad CRC, legacy entries) takes the careful walk that says where.
         bulk = fmt.scan_entries(view) if view is not None else []
-        entries = iter(bulk) if bulk is not None else fmt.iter_entries(view, 0, verify_crc=True)
+        # Without `bulk` there is a view (scan_entries refused it), and the walk is a generator
+        # (closed below); mypy follows neither.
+        entries = (iter(bulk) if bulk is not None
+                   else fmt.iter_entries(view, 0, verify_crc=True))  # type: ignore[arg-type]
         try:
             while True:
                 try:
@@ -387,7 +423,9 @@ class LogSegment:
                 if on_batch is not None:
                     on_batch(entry)
                 # The index rule of recovery (Kafka's LogSegment.recover), inline: this loop runs per batch.
-                timestamp = entry.max_timestamp if bulk is not None else fmt.entry_bounds(view, entry).max_timestamp
+                # With `bulk` every entry is a v2 batch header, which has the max timestamp itself.
+                timestamp = (entry.max_timestamp if bulk is not None  # type: ignore[union-attr]
+                             else fmt.entry_bounds(view, entry).max_timestamp)  # type: ignore[arg-type]
                 if timestamp > max_ts[0]:
                     max_ts = (timestamp, last)
                 if rebuild and valid - last_index_position > interval:
@@ -400,7 +438,7 @@ class LogSegment:
                 valid = entry.position + entry.size_in_bytes
         finally:
             if bulk is None:
-                entries.close()
+                entries.close()  # type: ignore[attr-defined]
             del bulk, entries
             if view is not None:
                 view.close()
@@ -500,7 +538,7 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
 
-def _memory_index(index_type, base_offset: int, max_index_size: int):
+def _memory_index(index_type: type[_Index], base_offset: int, max_index_size: int) -> _Index:
     """An empty index of `index_type` in an anonymous file: built and searched like the real one,
     never on disk."""
     fd = os.memfd_create(f"logstore-{base_offset}{index_type.__name__}", os.MFD_CLOEXEC)

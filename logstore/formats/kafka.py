@@ -77,7 +77,7 @@ __all__ = [
     "increment_sequence", "iter_entries", "AppendInfo", "EntryBounds", "validate_append",
     "assign_offsets", "peek_entry", "build_control_batch", "ProducerBatch", "peek_producer_batch",
     "read_marker", "entry_bounds", "scan_entries",
-    "read_control_record", "read_header", "validate_batch", "validate_records",
+    "read_control_record", "peek_header", "read_header", "validate_batch", "validate_records",
     "EntryPrefix", "entry_prefix", "crc_position", "ProducedBatch", "peek_produced_batch",
     "NAME", "require_keys", "column_builder", "add_columns",
 ]
