@@ -31,7 +31,6 @@ from pathlib import Path
 # itself, not aiokafka.record.default_records (which picks one at import).
 import aiokafka.codec as _peer_codec
 import aiokafka.record._crecords.default_records as _peer_native
-import logstore.native.record_batch as _ours_native
 import pytest
 from aiokafka.record._crecords.default_records import (
     DefaultRecordBatch as PeerReader,
@@ -41,6 +40,7 @@ from aiokafka.record._crecords.default_records import (
 )
 
 import logstore.formats.kafka as K
+import logstore.native.record_batch as _ours_native
 
 for _mod in (_peer_native, _ours_native):
     if not _mod.__file__.endswith((".so", ".pyd")):

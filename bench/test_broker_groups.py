@@ -103,6 +103,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from crc32c import crc32c
+
+# bench/test_broker.py's clocks, topic helpers and admin fixture, bench/test_broker_transactions.py's
+# "other processes" meter: this suite measures the way those do.
+import test_broker as base
+from broker_process import BrokerProcess, free_port
 from logstore.broker.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
@@ -111,11 +116,6 @@ from logstore.broker.coordinator.consumer_protocol import (
 )
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
-
-# bench/test_broker.py's clocks, topic helpers and admin fixture, bench/test_broker_transactions.py's
-# "other processes" meter: this suite measures the way those do.
-import test_broker as base
-from broker_process import BrokerProcess, free_port
 from logstore.manager import LogManager
 from profiles import profile_rows
 from test_broker_transactions import _Others

@@ -28,9 +28,9 @@ import time
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
-from logstore.broker import embedded
 
 import test_broker as base
+from logstore.broker import embedded
 
 MESSAGES = 200_000
 ROUNDS = 3

@@ -51,8 +51,8 @@ import sys
 import time
 
 import pytest
-from logstore.native.producer_state import ORIGIN_CLIENT, ProducerTable
 
+from logstore.native.producer_state import ORIGIN_CLIENT, ProducerTable
 from model import ProducerModel
 
 SEED = 20240612

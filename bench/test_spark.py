@@ -85,15 +85,16 @@ from profiles import profile_rows
 
 os.environ["PYSPARK_PYTHON"] = sys.executable  # else the workers run the system python, without pyarrow
 
+from pyspark import cloudpickle  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.datasource import DataSource, DataSourceReader, GreaterThanOrEqual, InputPartition  # noqa: E402
+
 import logstore.spark  # noqa: E402
 from logstore.spark.arrow import to_spark_batch  # noqa: E402
 from logstore.spark.options import parse_options  # noqa: E402
 from logstore.spark.planning import Pushdown, TaskRange, plan_batch  # noqa: E402
 from logstore.spark.source import BASE_SCHEMA, LogstoreBatchReader  # noqa: E402
-from pyspark import cloudpickle  # noqa: E402
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
-from pyspark.sql.datasource import DataSource, DataSourceReader, GreaterThanOrEqual, InputPartition  # noqa: E402
 
 SEED = 20240808
 TOPIC = "spark-bench"

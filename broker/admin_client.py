@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.serial.errors import DecodeError
+
 from logstore.broker.array_bounds import check_and_strip
 
 __all__ = ["AdminClient", "AdminClientError", "BrokerUnavailableError", "error_name", "parse_bootstrap"]

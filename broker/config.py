@@ -37,7 +37,6 @@ from logstore.broker.listeners import (
     controller_names,
     served_listener,
 )
-
 from logstore.config import (
     BROKER_NAMES,
     HOURS_ALIASES,

@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from logstore.broker.coordinator.group import GroupCoordinator
     from logstore.broker.coordinator.transaction import TransactionCoordinator
     from logstore.broker.producer_ids import ProducerIdAllocator
-
     from logstore.manager import LogManager
 
 __all__ = ["BrokerContext"]

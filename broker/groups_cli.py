@@ -92,10 +92,10 @@ from kio.schema.offset_delete.v0.request import (
 )
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
 from kio.static.primitive import i8, i32, i64
+
 from logstore.broker.admin_client import AdminClient, error_name
 from logstore.broker.coordinator.consumer_protocol import decode_assignment
 from logstore.broker.transactions_cli import BrokerError, UsageError, print_table, run_command
-
 from logstore.errors import CorruptRecordError
 
 __all__ = ["run", "BrokerError", "UsageError", "GROUP_STATES", "parse_partitions"]

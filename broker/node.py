@@ -33,7 +33,6 @@ from logstore.broker.coordinator.transaction import (
     TxnConfig,
 )
 from logstore.broker.producer_ids import ProducerIdAllocator
-
 from logstore.checkpoints import write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
 from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError

@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
 from kio.static.primitive import i32Timedelta
+
 from logstore.broker.array_bounds import check_and_strip
 from logstore.native.wire import WireError, decode_produce
 

@@ -25,7 +25,6 @@ from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.node import Node
 from logstore.broker.protocol import HeldSlice, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
-
 from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ import traceback
 from logstore.broker.authorizer import AUTHORIZER_SETTING, Authorizer, load_authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.server import Broker
-
 from logstore.errors import InvalidConfigError, LogStoreError
 from logstore.filesystem import OS, FileSystem
 

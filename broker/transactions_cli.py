@@ -63,6 +63,7 @@ from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.static.primitive import i8, i32, i64
+
 from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
 
 __all__ = ["run", "BrokerError", "UsageError"]

@@ -1,8 +1,9 @@
 """Type stubs for logstore.native.legacy (magic 0/1 message sets, read only)."""
 from typing import final
 
-from logstore.native.record_batch import Record
 from typing_extensions import Buffer
+
+from logstore.native.record_batch import Record
 
 CRC_OFFSET: int
 DEFAULT_MAX_DECOMPRESSED: int

@@ -11,10 +11,9 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, replace
 
-from logstore.spark.options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
-
 from logstore.errors import OffsetOutOfRangeError
 from logstore.reader import PartitionScan, PartitionView, StoreView
+from logstore.spark.options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
 
 
 class DataLossError(OffsetOutOfRangeError):

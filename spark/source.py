@@ -13,9 +13,10 @@ from __future__ import annotations
 import inspect
 from collections.abc import Iterator
 
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
 from logstore.spark.options import SourceOptions, parse_options
 from logstore.spark.planning import Pushdown, TaskRange, plan_batch, push_filters
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")

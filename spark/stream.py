@@ -12,13 +12,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 
-from logstore.spark.options import EARLIEST, Bound, SourceOptions
-from logstore.spark.planning import clamp, resolve_offset, segment_ranges, selected_partitions
-from logstore.spark.source import RangePartition, read_partition
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 
 from logstore.reader import StoreView
+from logstore.spark.options import EARLIEST, Bound, SourceOptions
+from logstore.spark.planning import clamp, resolve_offset, segment_ranges, selected_partitions
+from logstore.spark.source import RangePartition, read_partition
 
 Offsets = dict[str, dict[str, int]]
 

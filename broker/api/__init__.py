@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any
 
 from kio.index import load_response_schema
+
 from logstore.broker.authorizer import ANONYMOUS, KafkaPrincipal
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import PreEncoded, decode_kio, encode_kio

@@ -17,7 +17,6 @@ from __future__ import annotations
 from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, Shape, coordinate, denied, each_partition
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.errors import UnknownTopicOrPartitionError
 
 KEY = 24

@@ -27,6 +27,7 @@ from datetime import timedelta
 from functools import partial
 
 from kio.static.primitive import i32Timedelta
+
 from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.group_calls import millis
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied

@@ -15,7 +15,6 @@ from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, denied
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.config import LogConfig
 from logstore.errors import InvalidConfigError, InvalidTopicError
 from logstore.manager import validate_topic_name

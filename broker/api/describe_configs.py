@@ -49,7 +49,6 @@ from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.config import BROKER_SETTINGS
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.config import TOPIC_CONFIGS
 from logstore.errors import InvalidTopicError
 from logstore.manager import validate_topic_name

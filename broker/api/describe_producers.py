@@ -23,7 +23,6 @@ from __future__ import annotations
 from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, Shape, each_partition, refuse, topic_rows
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.errors import InvalidTopicError, UnknownTopicOrPartitionError
 from logstore.manager import validate_topic_name
 

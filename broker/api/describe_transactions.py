@@ -33,10 +33,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from kio.static.primitive import i32Timedelta
+
 from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.errors import TransactionalIdNotFoundError
 
 KEY = 65

@@ -19,7 +19,6 @@ from logstore.broker.api import Request, api
 from logstore.broker.api.kit import AclOperation, Shape, attempt, each_partition
 from logstore.broker.protocol import HeldSlice, PreEncoded
 from logstore.native.wire import encode_fetch
-
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 
 KEY = 1

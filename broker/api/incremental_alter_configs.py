@@ -51,7 +51,6 @@ from logstore.broker.api.alter_configs import (
 )
 from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, TOPIC
 from logstore.broker.protocol import ErrorCode
-
 from logstore.config import LIST_CONFIGS, TOPIC_CONFIGS
 
 KEY = 44

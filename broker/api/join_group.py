@@ -14,7 +14,6 @@ from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.group_calls import millis
 from logstore.broker.api.kit import AclOperation, Outcome, ResourceType, denied, held
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.errors import MemberIdRequiredError
 
 KEY = 11

@@ -23,7 +23,6 @@ from typing import Any
 from logstore.broker.api import Request, build
 from logstore.broker.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from logstore.broker.protocol import ErrorCode
-
 from logstore.errors import LogStoreError
 
 __all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "Outcome", "PartitionResult",

@@ -7,7 +7,6 @@ from __future__ import annotations
 from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, each_partition, refuse, topic_rows
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.log import LATEST_TIMESTAMP
 
 KEY = 2

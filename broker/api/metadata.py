@@ -28,7 +28,6 @@ from logstore.broker.api import Request, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, denied
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode, encode_body, frame_of_body
-
 from logstore.errors import LogStoreError
 
 KEY = 3

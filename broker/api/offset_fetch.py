@@ -30,7 +30,6 @@ from logstore.broker.api.kit import (
 )
 from logstore.broker.coordinator.group_state import CommittedOffset
 from logstore.broker.protocol import ZERO_MS, ErrorCode
-
 from logstore.errors import LogStoreError
 
 KEY = 9

@@ -43,7 +43,6 @@ from logstore.broker.api.kit import (
 )
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.protocol import ZERO_MS, ErrorCode, decode_native_produce
-
 from logstore.errors import LogStoreError
 
 log = logging.getLogger(__name__)

@@ -23,7 +23,6 @@ from logstore.broker.coordinator.group_log import encode_group_key, encode_group
 from logstore.broker.coordinator.group_results import GroupDescription, MemberDescription, SyncResult
 from logstore.broker.coordinator.group_state import Group, GroupState, Member
 from logstore.broker.coordinator.group_store import GroupStore
-
 from logstore.errors import (
     CoordinatorNotAvailableError,
     FencedInstanceIdError,

@@ -17,7 +17,6 @@ from logstore.broker.coordinator.group_context import Effects, GroupContext
 from logstore.broker.coordinator.group_log import GroupValue, encode_group_key, encode_group_value
 from logstore.broker.coordinator.group_results import JoinResult
 from logstore.broker.coordinator.group_state import Group, GroupState, Member
-
 from logstore.errors import LogStoreError, RebalanceInProgressError, UnknownMemberIdError
 
 log = logging.getLogger(__name__)

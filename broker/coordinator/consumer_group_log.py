@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 
 from logstore.broker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
 from logstore.broker.coordinator.records import Reader, Writer
-
 from logstore.errors import CorruptRecordError
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)

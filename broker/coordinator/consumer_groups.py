@@ -44,7 +44,6 @@ from logstore.broker.coordinator.group_log import encode_group_key
 from logstore.broker.coordinator.group_migration import GroupMigration, consumer_group_from_classic
 from logstore.broker.coordinator.group_state import Group, GroupState
 from logstore.broker.coordinator.group_store import GroupStore
-
 from logstore.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,

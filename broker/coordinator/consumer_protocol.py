@@ -24,7 +24,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
-
 from logstore.errors import CorruptRecordError
 
 HIGHEST_VERSION = 3

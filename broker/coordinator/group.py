@@ -54,7 +54,6 @@ from logstore.broker.coordinator.group_results import (
 )
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset
 from logstore.broker.coordinator.group_store import GroupStore
-
 from logstore.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
@@ -65,7 +64,6 @@ from logstore.errors import (
 
 if TYPE_CHECKING:
     from logstore.broker.coordinator.transaction import TransactionCoordinator
-
     from logstore.manager import LogManager
 
 __all__ = ["GroupConfig", "GroupCoordinator", "GroupDescription", "JoinResult", "ListedGroup", "MemberDescription",

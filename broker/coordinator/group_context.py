@@ -18,7 +18,6 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-
 from logstore.errors import CoordinatorNotAvailableError, LogStoreError
 
 if TYPE_CHECKING:

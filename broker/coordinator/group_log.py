@@ -29,7 +29,6 @@ import struct
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
-
 from logstore.errors import CorruptRecordError
 
 OFFSET_KEY_VERSION = 1

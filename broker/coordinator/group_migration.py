@@ -58,7 +58,6 @@ from logstore.broker.coordinator.group_context import Effects, GroupContext
 from logstore.broker.coordinator.group_log import encode_group_key, encode_group_value
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, Group, GroupState, Member
 from logstore.broker.coordinator.group_store import GroupStore
-
 from logstore.errors import (
     CoordinatorNotAvailableError,
     CorruptRecordError,

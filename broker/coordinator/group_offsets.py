@@ -28,7 +28,6 @@ from logstore.broker.coordinator.group_log import OffsetValue, encode_group_key,
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
 from logstore.broker.coordinator.group_store import GroupStore, keep_newer
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-
 from logstore.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,

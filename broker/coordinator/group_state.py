@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
 from logstore.broker.coordinator.group_log import GroupValue, MemberValue
-
 from logstore.errors import CorruptRecordError
 
 CONSUMER_PROTOCOL = "consumer"

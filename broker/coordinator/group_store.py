@@ -25,7 +25,6 @@ from logstore.broker.coordinator.group_log import (
 )
 from logstore.broker.coordinator.group_state import CommittedOffset, Group
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-
 from logstore.errors import CorruptRecordError, StorageError
 from logstore.formats.kafka import read_control_record
 

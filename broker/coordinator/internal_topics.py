@@ -11,12 +11,10 @@ import threading
 from typing import TYPE_CHECKING
 
 from logstore.broker.coordinator.partitioning import partition_for
-
 from logstore.errors import TopicExistsError
 
 if TYPE_CHECKING:
     from logstore.broker.coordinator.txn_config import TxnConfig
-
     from logstore.manager import LogManager
 
 log = logging.getLogger(__name__)

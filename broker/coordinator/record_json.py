@@ -51,7 +51,6 @@ from logstore.broker.coordinator import consumer_group_log, group_log, txn_log
 from logstore.broker.coordinator.consumer_protocol import decode_assignment, decode_subscription
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL
 from logstore.broker.coordinator.records import Reader
-
 from logstore.checkpoints import topic_id_to_string
 from logstore.dump_records import UnknownRecordType
 from logstore.errors import CorruptRecordError

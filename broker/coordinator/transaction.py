@@ -50,7 +50,6 @@ from logstore.broker.coordinator.txn_metadata import (
 )
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
 from logstore.broker.coordinator.txn_timeouts import TxnTimeouts
-
 from logstore.crash_points import crash_point
 from logstore.errors import (
     ConcurrentTransactionsError,

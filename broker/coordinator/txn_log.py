@@ -13,7 +13,6 @@ import struct
 from dataclasses import dataclass, field
 
 from logstore.broker.coordinator.records import Reader, Writer
-
 from logstore.errors import CorruptRecordError
 
 KEY_VERSION = 0

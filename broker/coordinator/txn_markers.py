@@ -19,7 +19,6 @@ from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_metadata import COORDINATOR_EPOCH, PREPARED, TxnMetadata, completed
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
-
 from logstore.crash_points import crash_point
 from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
 

@@ -22,7 +22,6 @@ from logstore.broker.coordinator.txn_log import (
     encode_value,
 )
 from logstore.broker.coordinator.txn_metadata import TxnMetadata
-
 from logstore.errors import CoordinatorNotAvailableError, CorruptRecordError, LogStoreError, StorageError
 
 if TYPE_CHECKING:

@@ -10,7 +10,6 @@ from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_markers import TxnCompleter
 from logstore.broker.coordinator.txn_metadata import ENDED, MAX_EPOCH, TxnMetadata
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
-
 from logstore.errors import LogStoreError
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,6 @@ from typing import Any
 
 from logstore.broker.embedded.membership import GroupMetadata, Membership, parse_strategies
 from logstore.broker.embedded.settings import CONSUMER_SETTINGS, parse_settings
-
 from logstore.errors import (
     InvalidGroupIdError,
     LogStoreError,

@@ -22,6 +22,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from logstore.assignors import CLIENT_ASSIGNORS, COOPERATIVE, MemberSubscription
 from logstore.broker.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
@@ -30,8 +31,6 @@ from logstore.broker.coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-
-from logstore.assignors import CLIENT_ASSIGNORS, COOPERATIVE, MemberSubscription
 from logstore.errors import (
     IllegalGenerationError,
     InvalidConfigError,

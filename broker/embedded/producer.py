@@ -25,8 +25,6 @@ from typing import Any, NamedTuple
 
 from logstore.broker.embedded.partitioner import Partitioner
 from logstore.broker.embedded.settings import PRODUCER_SETTINGS, parse_settings
-from logstore.native.compression import CODEC_IDS
-
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -34,6 +32,7 @@ from logstore.errors import (
     LogStoreError,
     ProducerFencedError,
 )
+from logstore.native.compression import CODEC_IDS
 
 TopicPartition = tuple[str, int]
 # How long a coordinator call answered CONCURRENT_TRANSACTIONS waits before it is tried again (retry.backoff.ms).

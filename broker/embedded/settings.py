@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from logstore.broker.config import _parse
-from logstore.native.compression import CODEC_IDS
-
 from logstore.errors import InvalidConfigError
+from logstore.native.compression import CODEC_IDS
 
 # name -> (default, parser, allowed values or None)
 PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {

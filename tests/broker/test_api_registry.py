@@ -8,6 +8,7 @@ import pkgutil
 from pathlib import Path
 
 import pytest
+
 from logstore.broker import api as api_package
 from logstore.broker.api import REGISTRY, Request, load_all
 from logstore.broker.api.api_versions import response_for
@@ -17,7 +18,6 @@ from logstore.broker.config import BrokerConfig
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ErrorCode
 from logstore.broker.server import Broker
-
 from logstore.errors import ConcurrentTransactionsError, ProducerFencedError
 
 API_DIR = Path(api_package.__file__).parent

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
 from logstore.broker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig, ConsumerMember, MemberState
 from logstore.broker.coordinator.consumer_group_log import (
     ConsumerGroupLoader,
@@ -27,7 +28,6 @@ from logstore.broker.coordinator.consumer_group_log import (
 )
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-
 from logstore.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from kio.serial import entity_writer
+
 from logstore.broker.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
@@ -18,7 +19,6 @@ from logstore.broker.coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 
 import pytest
+
 from logstore.broker.coordinator.consumer_protocol import (
     Assignment,
     Subscription,
@@ -32,7 +33,6 @@ from logstore.broker.coordinator.group_log import (
     decode_offset_value,
 )
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
-
 from logstore.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,

@@ -6,6 +6,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from logstore.broker.coordinator.group_log import (
     GroupKey,
     GroupValue,
@@ -20,7 +21,6 @@ from logstore.broker.coordinator.group_log import (
     encode_offset_key,
     encode_offset_value,
 )
-
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

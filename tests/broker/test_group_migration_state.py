@@ -9,6 +9,7 @@ is held by two members, and once quiet every partition is held exactly once.
 from __future__ import annotations
 
 import pytest
+
 from logstore.broker.coordinator.consumer_group import (
     ClassicMetadata,
     ConsumerGroup,
@@ -27,7 +28,6 @@ from logstore.broker.coordinator.group import GroupConfig
 from logstore.broker.coordinator.group_log import GroupKey
 from logstore.broker.coordinator.group_log import decode_key as decode_classic_key
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
-
 from logstore.errors import (
     FencedInstanceIdError,
     GroupIdNotFoundError,

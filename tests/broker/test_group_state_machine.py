@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
 from logstore.broker.coordinator.consumer_protocol import Subscription, encode_subscription
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator, JoinResult, SyncResult
 from logstore.broker.coordinator.group_state import Group
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-
 from logstore.errors import (
     FencedInstanceIdError,
     IllegalGenerationError,

@@ -12,7 +12,6 @@ import os
 
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TransactionCoordinator, TxnConfig
-
 from logstore.manager import LogManager
 
 KEYS = 1_000

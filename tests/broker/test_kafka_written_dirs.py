@@ -8,10 +8,10 @@ import shutil
 import time
 
 import pytest
+
 from logstore.broker import embedded
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC
 from logstore.broker.producer_ids import FILE_NAME as PRODUCER_ID_FILE
-
 from logstore.topics import TOPIC_CONFIGS_FILE
 
 SETTINGS = {"group.initial.rebalance.delay.ms": 0}

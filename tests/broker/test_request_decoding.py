@@ -11,6 +11,7 @@ import io
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.request_header.v2 import RequestHeader
 from kio.serial import entity_writer
+
 from logstore.broker.protocol import decode_request
 
 METADATA = 3

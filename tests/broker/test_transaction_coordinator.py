@@ -9,10 +9,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+
 from logstore.broker.coordinator.partitioning import partition_for
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TXN_STATE_TOPIC, TransactionCoordinator, TxnConfig
 from logstore.broker.coordinator.txn_log import TxnLogValue, TxnState, decode_key, decode_value
-
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,

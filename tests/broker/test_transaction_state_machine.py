@@ -16,8 +16,8 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
-from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
 
+from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,

@@ -6,6 +6,7 @@ import json
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from logstore.broker.coordinator.partitioning import java_string_hash, partition_for
 from logstore.broker.coordinator.txn_log import (
     TxnLogValue,
@@ -15,7 +16,6 @@ from logstore.broker.coordinator.txn_log import (
     encode_key,
     encode_value,
 )
-
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
+
 from logstore.native.wire import WireError, decode_produce, encode_fetch
 
 PRODUCE, FETCH = 0, 1

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from logstore.broker.config_sources import environment_name, read_properties
 
+from logstore.broker.config_sources import environment_name, read_properties
 from logstore.dir_lock import DirLock
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures/kafka-config"

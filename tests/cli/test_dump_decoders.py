@@ -28,11 +28,11 @@ from pathlib import Path
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 from kafka.record.memory_records import MemoryRecords
-from logstore.broker.coordinator.record_json import offsets_record, transaction_record
 
 import logstore.formats.kafka as K
 from dump_cli import json_docs
 from dump_cli import run_dump as _run_dump
+from logstore.broker.coordinator.record_json import offsets_record, transaction_record
 from logstore.dump_records import UnknownRecordType
 from logstore.errors import CorruptRecordError
 

@@ -16,9 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 
-from logstore.broker import startup  # noqa: E402
-
 from fault_fs import FaultFileSystem  # noqa: E402 (found through the path set just above)
+from logstore.broker import startup  # noqa: E402
 
 
 def main(argv: list[str]) -> int:

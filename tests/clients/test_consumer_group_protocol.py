@@ -44,6 +44,7 @@ from kio.schema.offset_commit.v8.request import OffsetCommitRequest as OffsetCom
 from kio.schema.offset_commit.v8.request import OffsetCommitRequestPartition as CommitPartitionV8
 from kio.schema.offset_commit.v8.request import OffsetCommitRequestTopic as CommitTopicV8
 from kio.static.primitive import i32Timedelta
+
 from logstore.broker.admin_client import AdminClient as WireClient
 
 TIMEOUT = 30.0   # s: a bound on any one wait; the tests finish far below it

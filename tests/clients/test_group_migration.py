@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, ConsumerGroupState, ConsumerGroupType, Top
 from confluent_kafka.admin import AdminClient
 from kio.schema.consumer_group_describe.v1.request import ConsumerGroupDescribeRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
-from logstore.broker.admin_client import AdminClient as WireClient
 
 from group_helpers import CHANGED, TIMEOUT, MemberConfig, Members, end_offsets, produce, wait_for, wait_for_split
+from logstore.broker.admin_client import AdminClient as WireClient
 from txn_helpers import create_topic
 
 PARTITIONS = 6

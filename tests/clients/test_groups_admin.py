@@ -40,10 +40,10 @@ from kafka.errors import GroupSubscribedToTopicError, NoError
 from kafka.structs import OffsetAndMetadata
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta, i64Timedelta
-from logstore.broker.admin_client import AdminClient
-from logstore.broker.coordinator.consumer_protocol import decode_assignment, decode_subscription
 
 from broker_process import BrokerProcess, free_port
+from logstore.broker.admin_client import AdminClient
+from logstore.broker.coordinator.consumer_protocol import decode_assignment, decode_subscription
 
 TIMEOUT = 30.0  # s: a bound on any single wait
 LIVE = "ga-live"  # the live group, and the topic it consumes

@@ -22,9 +22,9 @@ from kio.schema.find_coordinator.v4.request import FindCoordinatorRequest as Fin
 from kio.schema.init_producer_id.v0.request import InitProducerIdRequest as InitV0
 from kio.schema.init_producer_id.v4.request import InitProducerIdRequest as InitV4
 from kio.static.primitive import i8, i16, i32Timedelta
+
 from logstore.broker.admin_client import AdminClient
 from logstore.broker.coordinator.partitioning import partition_for
-
 from segment_files import batches, segment_paths
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=60))

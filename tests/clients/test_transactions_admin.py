@@ -30,10 +30,10 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest as ListTransactionsV1
 from kio.schema.list_transactions.v2.request import ListTransactionsRequest as ListTransactionsV2
 from kio.static.primitive import i32, i64
-from logstore.broker.admin_client import AdminClient
 
 import logstore
 from broker_process import free_port
+from logstore.broker.admin_client import AdminClient
 
 TIMEOUT = 30.0  # s: a bound on any single wait
 TOPIC = "txn-admin"

@@ -28,11 +28,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import logstore
 from logstore.broker.coordinator.consumer_group import ConsumerGroupConfig
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
-
-import logstore
 from logstore.formats import kafka as K
 from logstore.reader import PartitionView
 

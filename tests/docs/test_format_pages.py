@@ -34,10 +34,10 @@ from pathlib import Path
 
 import pytest
 from crc32c import crc32c
-from logstore.broker.coordinator.record_json import offsets_record, transaction_record
 
 from format_examples import build
 from logstore import dump
+from logstore.broker.coordinator.record_json import offsets_record, transaction_record
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs" / "format"

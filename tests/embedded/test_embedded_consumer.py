@@ -7,9 +7,9 @@ import re
 import time
 
 import pytest
+
 from logstore.broker import embedded
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
-
 from logstore.errors import InvalidConfigError, InvalidGroupIdError
 
 DEADLINE_S = 30

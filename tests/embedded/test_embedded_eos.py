@@ -20,9 +20,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from logstore.broker import embedded
 
 import logstore
+from logstore.broker import embedded
 
 CHILD = Path(__file__).with_name("eos_child.py")
 PARTITIONS = 3

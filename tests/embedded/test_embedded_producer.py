@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
+
 from logstore.broker import embedded
 from logstore.broker.embedded.partitioner import murmur2, partition_for_key
-
 from logstore.errors import InvalidConfigError, ProducerFencedError, UnknownTopicOrPartitionError
 
 

@@ -40,10 +40,10 @@ import crc32c
 import lz4.frame
 import xxhash
 import zstandard
-from logstore.native.compression import compress as ours_compress
 
 import logstore.formats.kafka as K
 from logstore.errors import CorruptRecordError
+from logstore.native.compression import compress as ours_compress
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
 # tests/vectors (spec_vectors.VECTORS_DIR): this file also runs as a script, without tests/ on sys.path.

@@ -18,11 +18,11 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatch, LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
-from logstore.native.compression import decompress
 
 import fuzzing
 import logstore.formats.kafka as K
 from logstore.errors import CorruptRecordError
+from logstore.native.compression import decompress
 
 SETTINGS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                            HealthCheck.data_too_large])

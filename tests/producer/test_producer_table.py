@@ -15,11 +15,11 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
-from logstore.native import producer_state as ps
-from logstore.native.producer_state import ProducerEntry, ProducerTable
 
 import logstore.formats.kafka as K
 from logstore.errors import CorruptSnapshotError
+from logstore.native import producer_state as ps
+from logstore.native.producer_state import ProducerEntry, ProducerTable
 from model import INT32_MAX, ProducerModel, decrement_sequence, increment_sequence
 from spec_vectors import VECTORS_DIR as VECTORS
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
-from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 
 from broker_process import BrokerProcess, free_port
 from kafka_dirs import committed_offsets, committed_records, partition_dirs
+from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.kafka_metadata import METADATA_TOPIC
 
 READ_TIMEOUT_S = 60

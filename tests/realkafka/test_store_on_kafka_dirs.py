@@ -7,11 +7,10 @@ import hashlib
 import time
 from pathlib import Path
 
-from logstore.broker import embedded
-from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
-
 import logstore
 from kafka_dirs import committed_offsets, committed_records, decode_partition, partition_dirs
+from logstore.broker import embedded
+from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.kafka_metadata import METADATA_DIR
 
 SETTINGS = {"group.initial.rebalance.delay.ms": 0}

@@ -46,8 +46,9 @@ def spark():
         # Spark starts its Python workers with PYSPARK_PYTHON, else the system python, which
         # lacks pyarrow and this package.
         env.setenv("PYSPARK_PYTHON", sys.executable)
-        import logstore.spark
         from pyspark.sql import SparkSession
+
+        import logstore.spark
 
         session = (SparkSession.builder.master("local[2]")
                    .appName("logstore-tests")

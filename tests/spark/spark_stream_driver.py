@@ -91,8 +91,9 @@ def main(argv: list[str]) -> None:
     spec = json.loads(argv[0])
     # Spark starts its Python workers with PYSPARK_PYTHON, else the system python, which lacks pyarrow.
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    import logstore.spark
     from pyspark.sql import SparkSession
+
+    import logstore.spark
 
     spark = (SparkSession.builder.master("local[2]").appName("logstore-stream-driver")
              .config("spark.ui.enabled", "false")

@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from logstore.spark.options import parse_options
-from logstore.spark.source import LogstoreBatchReader
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
@@ -31,6 +29,8 @@ from logstore.config import LogConfig
 from logstore.formats.kafka import CODEC_NAMES
 from logstore.log import Log
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
+from logstore.spark.options import parse_options
+from logstore.spark.source import LogstoreBatchReader
 from spark_logs import TS0, TS_STEP, KafkaRow, PartitionWriter, library_rows
 from spec_vectors import VECTORS_DIR
 

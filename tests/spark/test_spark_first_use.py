@@ -92,6 +92,7 @@ def test_spark_can_find_the_source_module():
     assert "pyspark_logstore" in {m.name for m in pkgutil.iter_modules()}, \
         "pyspark_logstore is not installed: pip install --no-build-isolation -e spark/discovery"
     import pyspark_logstore
+
     from logstore.spark.source import LogstoreDataSource
     assert pyspark_logstore.DefaultSource is LogstoreDataSource and LogstoreDataSource.name() == "logstore"
 

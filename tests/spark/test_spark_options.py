@@ -7,9 +7,6 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-from logstore.spark.options import EARLIEST, LATEST, OptionError, parse_options  # noqa: E402
-from logstore.spark.planning import Pushdown, push_filters  # noqa: E402
-from logstore.spark.stream import _rate_limited  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     EqualTo,
     GreaterThan,
@@ -19,6 +16,10 @@ from pyspark.sql.datasource import (  # noqa: E402
     LessThanOrEqual,
     StringStartsWith,
 )
+
+from logstore.spark.options import EARLIEST, LATEST, OptionError, parse_options  # noqa: E402
+from logstore.spark.planning import Pushdown, push_filters  # noqa: E402
+from logstore.spark.stream import _rate_limited  # noqa: E402
 
 
 def parse(streaming=False, **options):

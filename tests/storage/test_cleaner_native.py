@@ -5,10 +5,10 @@ import pytest
 import xxhash
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from logstore.native.cleaner import OffsetMap, count_null_keys, empty_batch, filter_batch, key_digest
-from logstore.native.record_batch import decode_records, encode_batch, encode_control_batch, validate_batch
 
 from logstore.errors import CorruptRecordError
+from logstore.native.cleaner import OffsetMap, count_null_keys, empty_batch, filter_batch, key_digest
+from logstore.native.record_batch import decode_records, encode_batch, encode_control_batch, validate_batch
 
 KEYS = [b"", b"a", b"b", b"key-c", b"d" * 40]
 NOW = 1_700_000_000_000
