@@ -54,8 +54,10 @@ check: build
 	$(BIN)/python -m mypy.stubtest --mypy-config-file pyproject.toml \
 		--allowlist native/stubtest-allowlist.txt $(NATIVE_MODULES)
 
+# Two workers, one test file each at a time (module-scoped brokers stay one per module): most tests wait on
+# sockets, subprocesses and timers, so two run in about the time of one on two cores.
 test: check build kcat
-	$(PYTEST) -q -m "not soak" tests
+	$(PYTEST) -q -m "not soak" -n 2 --dist loadfile tests
 
 soak: build kcat
 	$(PYTEST) -q -m soak tests

@@ -20,16 +20,23 @@ import dataclasses
 import itertools
 import socket
 import struct
+from collections.abc import Callable
 from functools import cache
-from types import UnionType
+from types import GenericAlias, UnionType
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.serial.errors import DecodeError
+from kio.static.primitive import i32
 
 from logstore.broker.array_bounds import check_and_strip
+
+if TYPE_CHECKING:
+    from kio.serial.readers import Reader
+    from kio.static.protocol import Entity, RequestHeader, RequestPayload, ResponseHeader, ResponsePayload
 
 __all__ = ["AdminClient", "AdminClientError", "BrokerUnavailableError", "error_name", "parse_bootstrap"]
 
@@ -37,6 +44,8 @@ DEFAULT_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
 _SIZE = struct.Struct(">i")
 _CLASS_VARS = ("__type__", "__version__", "__flexible__", "__api_key__", "__header_schema__")
+# A kio writer as called here: with a _Buffer as its sink, and any entity of its class.
+_Write: TypeAlias = Callable[["_Buffer", Any], None]
 
 
 class AdminClientError(Exception):
@@ -47,7 +56,7 @@ class BrokerUnavailableError(AdminClientError):
     """No broker could be reached, or the connection broke or timed out, or the answer was unreadable."""
 
 
-def error_name(code) -> str:
+def error_name(code: int) -> str:
     """Kafka's name of an error code (`TRANSACTIONAL_ID_NOT_FOUND`)."""
     try:
         return ErrorCode(code).name.upper()
@@ -57,7 +66,7 @@ def error_name(code) -> str:
 
 def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
     """`host:port[,host:port...]` (IPv6 hosts in brackets) as (host, port) pairs; ValueError if malformed."""
-    addresses = []
+    addresses: list[tuple[str, int]] = []
     for item in bootstrap.split(","):
         host, sep, port = item.strip().rpartition(":")
         host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -68,24 +77,25 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 
 @cache
-def _nullable_times(cls):
+def _nullable_times(cls: type[Entity]) -> type[Entity]:
     """`cls`, or a copy of it in which every `datetime_i64` field, nested ones too, is nullable."""
-    fields = []
+    fields: list[tuple[str, Any, dataclasses.Field[Any]]] = []
     changed = False
     for f in dataclasses.fields(cls):
         kind = classify_field(f)
-        field_type = f.type
+        # Type expressions built at run time for make_dataclass: beyond what mypy can follow.
+        field_type: Any = f.type
         if isinstance(kind, (EntityField, EntityTupleField)):
             inner = _nullable_times(kind.type_)
             if inner is not kind.type_:
                 changed = True
-                field_type = tuple[inner, ...] if isinstance(kind, EntityTupleField) else inner
+                field_type = GenericAlias(tuple, (inner, ...)) if isinstance(kind, EntityTupleField) else inner
                 if isinstance(f.type, UnionType):
                     field_type = field_type | None
         elif f.metadata.get("kafka_type") == "datetime_i64" and not isinstance(f.type, UnionType):
             changed = True
-            field_type = f.type | None
-        options = {"metadata": f.metadata}
+            field_type = field_type | None
+        options: dict[str, Any] = {"metadata": f.metadata}
         if f.default is not dataclasses.MISSING:
             options["default"] = f.default
         if f.default_factory is not dataclasses.MISSING:
@@ -94,18 +104,22 @@ def _nullable_times(cls):
     if not changed:
         return cls
     namespace = {name: getattr(cls, name) for name in _CLASS_VARS if hasattr(cls, name)}
-    return dataclasses.make_dataclass(cls.__name__, fields, namespace=namespace, frozen=True, slots=True,
+    copy = dataclasses.make_dataclass(cls.__name__, fields, namespace=namespace, frozen=True, slots=True,
                                       kw_only=True)
+    # The copy has the entity's fields and class variables: an entity class to kio.
+    return cast("type[Entity]", copy)
 
 
 @cache
-def _request_writers(cls):
+def _request_writers(cls: type[RequestPayload]) -> tuple[type[RequestHeader], _Write, _Write]:
     header = cls.__header_schema__
-    return header, entity_writer(header), entity_writer(cls)
+    # kio types a writer's sink as a stream or IO[bytes], but only ever calls its write(): _Buffer's.
+    return header, cast(_Write, entity_writer(header)), cast(_Write, entity_writer(cls))
 
 
 @cache
-def _response_readers(api_key: int, version: int):
+def _response_readers(api_key: int, version: int) -> tuple[
+        type[ResponseHeader], Reader[ResponseHeader], type[ResponsePayload], Reader[Entity]]:
     cls = load_response_schema(api_key, version)
     header = cls.__header_schema__
     return header, entity_reader(header), cls, entity_reader(_nullable_times(cls))
@@ -114,10 +128,10 @@ def _response_readers(api_key: int, version: int):
 class _Buffer:
     """kio's sink."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.data = bytearray()
 
-    def write(self, chunk) -> int:
+    def write(self, chunk: bytes) -> int:
         self.data += chunk
         return len(chunk)
 
@@ -137,7 +151,7 @@ class AdminClient:
         """Open the connection (to the first address that accepts); a no-op if it is open."""
         if self._socket is not None:
             return self
-        failures = []
+        failures: list[str] = []
         for host, port in self.addresses:
             try:
                 self._socket = socket.create_connection((host, port), timeout=self.timeout_s)
@@ -158,33 +172,40 @@ class AdminClient:
     def __enter__(self) -> AdminClient:
         return self.connect()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def request(self, body):
-        """Send one kio request (its class says the API key and version) and return the broker's response."""
+    def request(self, body: RequestPayload) -> Any:
+        """Send one kio request (its class says the API key and version) and return the broker's response.
+
+        The response is Any: its class follows from the request's only at run time (kio's index), and
+        datetime fields may be None (a copy of the class). Callers annotate the class they expect.
+        """
         self.connect()
+        sock = self._socket
+        assert sock is not None  # connect() opened it, or raised
         api_key, version = body.__api_key__, body.__version__
         correlation_id = next(self._correlation)
         header_cls, write_header, write_body = _request_writers(type(body))
         buffer = _Buffer()
         buffer.write(b"\0\0\0\0")
+        # Counted from 1 per connection, so within int32: kio's i32 in all but name.
         write_header(buffer, header_cls(request_api_key=api_key, request_api_version=version,
-                                        correlation_id=correlation_id, client_id=self.client_id))
+                                        correlation_id=cast(i32, correlation_id), client_id=self.client_id))
         write_body(buffer, body)
         _SIZE.pack_into(buffer.data, 0, len(buffer.data) - 4)
         try:
-            self._socket.sendall(buffer.data)
-            (size,) = _SIZE.unpack(self._receive(4))
+            sock.sendall(buffer.data)
+            (size,) = _SIZE.unpack(self._receive(sock, 4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise ConnectionAbortedError(0, f"a response of {size} bytes")
-            frame = self._receive(size)
+            frame = self._receive(sock, size)
         except OSError as exc:
             self.close()
             raise BrokerUnavailableError(f"{self._where()}: {exc.strerror or exc}") from exc
-        header_cls, read_header, response_cls, read_body = _response_readers(api_key, version)
+        response_header_cls, read_header, response_cls, read_body = _response_readers(api_key, version)
         try:
-            frame = check_and_strip(header_cls, frame, 0)
+            frame = check_and_strip(response_header_cls, frame, 0)
             header, offset = read_header(frame, 0)
             if header.correlation_id != correlation_id:
                 raise ValueError(f"correlation id {header.correlation_id}, not {correlation_id}")
@@ -196,10 +217,10 @@ class AdminClient:
                                          f"{exc!r}") from exc
         return response
 
-    def _receive(self, n: int) -> bytes:
+    def _receive(self, sock: socket.socket, n: int) -> bytes:
         data = bytearray()
         while len(data) < n:
-            chunk = self._socket.recv(min(n - len(data), 1 << 20))
+            chunk = sock.recv(min(n - len(data), 1 << 20))
             if not chunk:
                 raise ConnectionResetError(0, "the broker closed the connection (an API version it does not serve?)")
             data += chunk

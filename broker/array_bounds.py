@@ -16,8 +16,10 @@ skips those (a newer client may send them); kio's reader raises instead, so
 from __future__ import annotations
 
 import struct
-from dataclasses import fields
+from collections.abc import Callable
+from dataclasses import Field, fields
 from functools import cache
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.serial._introspect import (
     EntityField,
@@ -30,12 +32,19 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+if TYPE_CHECKING:
+    from kio.static.protocol import Entity
+
 __all__ = ["ArrayCountError", "check_and_strip"]
 
 _FIXED = {"int8": 1, "int16": 2, "int32": 4, "int64": 8, "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8,
           "float64": 8, "bool": 1, "error_code": 2, "timedelta_i32": 4, "timedelta_i64": 8, "datetime_i64": 8,
           "uuid": 16}
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
+
+
+# Skips one value: (frame, position, end of frame) -> the position after it.
+_Skipper: TypeAlias = Callable[[bytes, int, int], int]
 
 
 class ArrayCountError(ValueError):
@@ -53,7 +62,7 @@ class _Stop(Exception):
     """The walk cannot go on (malformed in some other way): kio will say how."""
 
 
-def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
+def _uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
     value = shift = 0
     while pos < end and shift < 35:
         byte = buf[pos]
@@ -65,13 +74,14 @@ def _uvarint(buf, pos: int, end: int) -> tuple[int, int]:
     raise _Stop
 
 
-def _int(fmt: struct.Struct, buf, pos: int, end: int) -> tuple[int, int]:
+def _int(fmt: struct.Struct, buf: bytes, pos: int, end: int) -> tuple[int, int]:
     if pos + fmt.size > end:
         raise _Stop
-    return fmt.unpack_from(buf, pos)[0], pos + fmt.size
+    value: int = fmt.unpack_from(buf, pos)[0]
+    return value, pos + fmt.size
 
 
-def _count(buf, pos: int, end: int, flexible: bool, what: str) -> tuple[int, int]:
+def _count(buf: bytes, pos: int, end: int, flexible: bool, what: str) -> tuple[int, int]:
     """An array's element count (0 for null), checked against the bytes after it."""
     if flexible:
         n, pos = _uvarint(buf, pos, end)
@@ -83,32 +93,32 @@ def _count(buf, pos: int, end: int, flexible: bool, what: str) -> tuple[int, int
     return max(n, 0), pos
 
 
-def _primitive(kafka_type: str, flexible: bool, legacy_string: bool):
+def _primitive(kafka_type: str, flexible: bool, legacy_string: bool) -> _Skipper:
     """A skipper for one primitive value: (buf, pos, end) -> pos."""
     size = _FIXED.get(kafka_type)
     if size is not None:
-        def skip(buf, pos, end):
+        def skip(buf: bytes, pos: int, end: int) -> int:
             if pos + size > end:
                 raise _Stop
             return pos + size
     elif kafka_type in ("string", "bytes", "records"):
         if flexible and not legacy_string:
-            def skip(buf, pos, end):
+            def skip(buf: bytes, pos: int, end: int) -> int:
                 n, pos = _uvarint(buf, pos, end)
                 return pos + max(n - 1, 0)
         else:
             length = _I16 if kafka_type == "string" else _I32
 
-            def skip(buf, pos, end):
+            def skip(buf: bytes, pos: int, end: int) -> int:
                 n, pos = _int(length, buf, pos, end)
                 return pos + max(n, 0)
     else:
-        def skip(buf, pos, end):
+        def skip(buf: bytes, pos: int, end: int) -> int:
             raise _Stop
     return skip
 
 
-def _field(field, flexible: bool, legacy_string: bool, is_tag: bool):
+def _field(field: Field[Any], flexible: bool, legacy_string: bool, is_tag: bool) -> _Skipper:
     """A skipper for one field of an entity."""
     kind = classify_field(field)
     where = field.name
@@ -119,7 +129,7 @@ def _field(field, flexible: bool, legacy_string: bool, is_tag: bool):
         if is_tag or not is_optional(field):
             return inner
 
-        def skip_nullable(buf, pos, end):  # KIP-893: an int8 marker, -1 for null
+        def skip_nullable(buf: bytes, pos: int, end: int) -> int:  # KIP-893: an int8 marker, -1 for null
             marker, pos = (buf[pos], pos + 1) if pos < end else (None, pos)
             if marker is None:
                 raise _Stop
@@ -129,7 +139,7 @@ def _field(field, flexible: bool, legacy_string: bool, is_tag: bool):
                else _entity(kind.type_))
     assert isinstance(kind, (PrimitiveTupleField, EntityTupleField))
 
-    def skip_array(buf, pos, end):
+    def skip_array(buf: bytes, pos: int, end: int) -> int:
         n, pos = _count(buf, pos, end, flexible, where)
         for _ in range(n):
             pos = element(buf, pos, end)
@@ -138,12 +148,12 @@ def _field(field, flexible: bool, legacy_string: bool, is_tag: bool):
 
 
 @cache
-def _entity(cls):
+def _entity(cls: type[Entity]) -> _Skipper:
     """A skipper for a whole entity of kio class `cls`, tagged fields included."""
     flexible = cls.__flexible__
     is_header = cls.__name__ == "RequestHeader"
-    plain: list = []  # skippers, and byte counts for runs of fixed-size fields
-    tagged = {}
+    plain: list[_Skipper | int] = []  # skippers, and byte counts for runs of fixed-size fields
+    tagged: dict[int, _Skipper] = {}
     for f in fields(cls):
         tag = get_field_tag(f)
         if tag is not None:
@@ -158,9 +168,9 @@ def _entity(cls):
             # RequestHeader.client_id keeps the classic string even in header v2, as Kafka does.
             plain.append(_field(f, flexible, is_header and f.name == "client_id", False))
 
-    def skip(buf, pos, end):
+    def skip(buf: bytes, pos: int, end: int) -> int:
         for skipper in plain:
-            if skipper.__class__ is int:
+            if isinstance(skipper, int):
                 pos += skipper
                 if pos > end:
                     raise _Stop
@@ -171,7 +181,8 @@ def _entity(cls):
             n, pos = _uvarint(buf, pos, end)
             if n > end - pos:
                 raise ArrayCountError(f"{cls.__name__}: {n} tagged fields announced, {end - pos} bytes left")
-            known, unknown = [], False
+            known: list[tuple[int, int]] = []
+            unknown = False
             for _ in range(n):
                 entry = pos
                 tag, pos = _uvarint(buf, pos, end)
@@ -190,7 +201,7 @@ def _entity(cls):
     return skip
 
 
-def _walk_tag(skipper, buf, pos: int, end: int) -> None:
+def _walk_tag(skipper: _Skipper, buf: bytes, pos: int, end: int) -> None:
     global _tag_depth
     _tag_depth += 1
     try:
@@ -208,7 +219,7 @@ def _uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
-def check_and_strip(cls, frame, offset: int):
+def check_and_strip(cls: type[Entity], frame: bytes, offset: int) -> bytes:
     """`frame` with the entity at `offset` checked (ArrayCountError) and its unknown tagged fields removed."""
     global _tag_depth
     _unknown_tags.clear()
@@ -219,7 +230,8 @@ def check_and_strip(cls, frame, offset: int):
         pass
     if not _unknown_tags:
         return frame
-    pieces, done = [], 0
+    pieces: list[bytes] = []
+    done = 0
     for start, end, known in _unknown_tags:
         pieces.append(frame[done:start])
         pieces.append(_uvarint_bytes(len(known)))

@@ -16,9 +16,9 @@ Which entry of `listeners` is served, and what is advertised, is
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from logstore.broker.config_sources import (
     SINGLE_NODE_NAMES,
@@ -272,7 +272,10 @@ class BrokerConfig:
         return f"{message} (from {origin})" if origin else message
 
 
-def _located(entry: ConfigEntry, check, *args):
+_T = TypeVar("_T")
+
+
+def _located(entry: ConfigEntry, check: Callable[..., _T], *args: Any) -> _T:
     """`check(*args)`, with a refusal naming where `entry` came from."""
     try:
         return check(*args)

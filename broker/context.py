@@ -7,8 +7,8 @@ that blocks on an fsync goes through `coordinate` (a thread pool).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Hashable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from logstore.broker.authorizer import Authorizer
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from logstore.manager import LogManager
 
 __all__ = ["BrokerContext"]
+
+_T = TypeVar("_T")
 
 
 class BrokerContext(Protocol):
@@ -35,9 +37,9 @@ class BrokerContext(Protocol):
     authorizer: Authorizer
     closing: bool
     # Encoded answers that only change with the topics, per API key (Metadata).
-    response_cache: dict[int, dict]
+    response_cache: dict[int, dict[Hashable, bytes]]
 
-    def create_topic(self, name: str, partitions: int, configs: dict | None = None) -> int:
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None) -> int:
         """Create a topic (Kafka's name rules); returns its partition count."""
 
     def delete_topic(self, name: str) -> None:
@@ -49,5 +51,5 @@ class BrokerContext(Protocol):
     def notify_appended(self) -> None:
         """Wake the Fetches waiting for data."""
 
-    async def coordinate(self, call: Callable[..., Any], *args: Any) -> Any:
+    async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking call (a coordinator's, an fsync) in the broker's thread pool."""

@@ -69,9 +69,9 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO, TypedDict
 
 from kio.schema.delete_groups.v2.request import DeleteGroupsRequest
 from kio.schema.describe_groups.v5.request import DescribeGroupsRequest
@@ -91,12 +91,25 @@ from kio.schema.offset_delete.v0.request import (
     OffsetDeleteRequestTopic,
 )
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup
+from kio.schema.types import BrokerId, GroupId, TopicName
 from kio.static.primitive import i8, i32, i64
 
 from logstore.broker.admin_client import AdminClient, error_name
 from logstore.broker.coordinator.consumer_protocol import decode_assignment
 from logstore.broker.transactions_cli import BrokerError, UsageError, print_table, run_command
 from logstore.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    # The classes of the responses the requests below get (AdminClient.request returns them as Any).
+    from kio.schema.delete_groups.v2.response import DeleteGroupsResponse
+    from kio.schema.describe_groups.v5.response import DescribedGroupMember, DescribeGroupsResponse
+    from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
+    from kio.schema.list_groups.v4.response import ListGroupsResponse
+    from kio.schema.list_offsets.v7.response import ListOffsetsResponse
+    from kio.schema.metadata.v9.response import MetadataResponse
+    from kio.schema.offset_commit.v8.response import OffsetCommitResponse
+    from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
+    from kio.schema.offset_fetch.v8.response import OffsetFetchResponse
 
 __all__ = ["run", "BrokerError", "UsageError", "GROUP_STATES", "parse_partitions"]
 
@@ -120,20 +133,20 @@ RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
 TopicPartition = tuple[str, int]
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return MISSING if value is None else str(value)
 
 
-def _table(headers: list[str], rows: list[list], out: TextIO) -> None:
+def _table(headers: list[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
     print_table(headers, [[_text(v) for v in row] for row in rows], out)
 
 
-def _check(code, what: str) -> None:
+def _check(code: int, what: str) -> None:
     if code != ErrorCode.none:
         raise BrokerError(f"{what}: {error_name(code)}")
 
 
-def _dump(document, out: TextIO) -> None:
+def _dump(document: object, out: TextIO) -> None:
     json.dump(document, out)
     print(file=out)
 
@@ -179,7 +192,7 @@ class DescribedGroup:
     members: tuple[DescribedMember, ...]
 
 
-def _assignment(group_id: str, protocol_type: str, member) -> tuple[TopicPartition, ...] | None:
+def _assignment(group_id: str, protocol_type: str, member: DescribedGroupMember) -> tuple[TopicPartition, ...] | None:
     if protocol_type != CONSUMER_PROTOCOL or not member.member_assignment:
         # Only Stable groups carry assignments, and only "consumer" ones are ConsumerProtocol bytes.
         return None
@@ -193,8 +206,9 @@ def _assignment(group_id: str, protocol_type: str, member) -> tuple[TopicPartiti
 
 
 def _describe_groups(client: AdminClient, group_ids: list[str]) -> list[DescribedGroup]:
-    response = client.request(DescribeGroupsRequest(groups=tuple(group_ids), include_authorized_operations=False))
-    groups = []
+    response: DescribeGroupsResponse = client.request(DescribeGroupsRequest(
+        groups=tuple(GroupId(g) for g in group_ids), include_authorized_operations=False))
+    groups: list[DescribedGroup] = []
     for g in response.groups:
         _check(g.error_code, f"Failed to describe group '{g.group_id}'")
         members = tuple(DescribedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host,
@@ -205,9 +219,9 @@ def _describe_groups(client: AdminClient, group_ids: list[str]) -> list[Describe
 
 def _committed(client: AdminClient, group_id: str) -> dict[TopicPartition, tuple[int, int | None]]:
     """Every offset the group has: (offset, leader epoch or None)."""
-    response = client.request(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group_id, topics=None),),
-                                                 require_stable=False))
-    found = {}
+    response: OffsetFetchResponse = client.request(OffsetFetchRequest(
+        groups=(OffsetFetchRequestGroup(group_id=GroupId(group_id), topics=None),), require_stable=False))
+    found: dict[TopicPartition, tuple[int, int | None]] = {}
     for group in response.groups:
         _check(group.error_code, f"Failed to fetch the offsets of group '{group_id}'")
         for topic in group.topics:
@@ -220,29 +234,38 @@ def _committed(client: AdminClient, group_id: str) -> dict[TopicPartition, tuple
     return found
 
 
-def _list_offsets(client: AdminClient, partitions, timestamp: int) -> dict[TopicPartition, int | ErrorCode]:
+def _list_offsets(client: AdminClient, partitions: Iterable[TopicPartition],
+                  timestamp: int) -> dict[TopicPartition, int | ErrorCode]:
     """Each partition's offset for `timestamp` (EARLIEST, LATEST), or the error the broker gave."""
-    by_topic = defaultdict(list)
+    by_topic: defaultdict[str, list[ListOffsetsPartition]] = defaultdict(list)
     for topic, p in sorted(set(partitions)):
         by_topic[topic].append(ListOffsetsPartition(partition_index=i32(p), timestamp=i64(timestamp)))
     if not by_topic:
         return {}
-    response = client.request(ListOffsetsRequest(replica_id=i32(-1), isolation_level=READ_UNCOMMITTED, topics=tuple(
-        ListOffsetsTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+    response: ListOffsetsResponse = client.request(ListOffsetsRequest(
+        replica_id=BrokerId(-1), isolation_level=READ_UNCOMMITTED, topics=tuple(
+            ListOffsetsTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items())))
     return {(t.name, p.partition_index): p.offset if p.error_code == ErrorCode.none else p.error_code
             for t in response.topics for p in t.partitions}
 
 
-def _topic_partitions(client: AdminClient, topics) -> dict[str, int | ErrorCode]:
+def _topic_partitions(client: AdminClient, topics: Iterable[str]) -> dict[str, int | ErrorCode]:
     """Each topic's partition count, or the error Metadata gave for it (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
-    response = client.request(MetadataRequest(
-        topics=tuple(MetadataRequestTopic(name=t) for t in sorted(set(topics))), allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False, include_topic_authorized_operations=False))
+    response: MetadataResponse = client.request(MetadataRequest(
+        topics=tuple(MetadataRequestTopic(name=TopicName(t)) for t in sorted(set(topics))),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False))
     return {t.name: len(t.partitions) if t.error_code == ErrorCode.none else t.error_code for t in response.topics}
 
 
-def _coordinator(client: AdminClient, group_id: str) -> dict:
-    response = client.request(FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY))
+class _Coordinator(TypedDict):
+    id: int
+    host: str
+    port: int
+
+
+def _coordinator(client: AdminClient, group_id: str) -> _Coordinator:
+    response: FindCoordinatorResponse = client.request(FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY))
     _check(response.error_code, f"Failed to find the coordinator of group '{group_id}'")
     return {"id": response.node_id, "host": response.host, "port": response.port}
 
@@ -250,8 +273,8 @@ def _coordinator(client: AdminClient, group_id: str) -> dict:
 # -- the commands ---------------------------------------------------------------------------------------------
 
 
-def _list(client: AdminClient, args, out: TextIO) -> int:
-    response = client.request(ListGroupsRequest(states_filter=tuple(args.states or ())))
+def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    response: ListGroupsResponse = client.request(ListGroupsRequest(states_filter=tuple(args.states or ())))
     _check(response.error_code, "Failed to list groups")
     rows = sorted([g.group_id, g.protocol_type, g.group_state] for g in response.groups)
     if args.as_json:
@@ -261,21 +284,34 @@ def _list(client: AdminClient, args, out: TextIO) -> int:
     return 0
 
 
-def _offset_rows(client: AdminClient, group: DescribedGroup) -> list[dict]:
+class _OffsetRow(TypedDict):
+    topic: str
+    partition: int
+    currentOffset: int | None
+    leaderEpoch: int | None
+    logEndOffset: int | None
+    lag: int | None
+    memberId: str | None
+    host: str | None
+    clientId: str | None
+
+
+def _offset_rows(client: AdminClient, group: DescribedGroup) -> list[_OffsetRow]:
     """Kafka's describe rows: owned partitions (members with the most first), then the other committed ones."""
     committed = _committed(client, group.group_id)
-    owned = []
-    members = sorted((m for m in group.members if m.assignment), key=lambda m: (-len(m.assignment), m.member_id))
-    for m in members:
-        owned += [(tp, m) for tp in m.assignment]
+    owned: list[tuple[TopicPartition, DescribedMember | None]] = []
+    members = sorted((m for m in group.members if m.assignment),
+                     key=lambda m: (-len(m.assignment or ()), m.member_id))
+    for member in members:
+        owned += [(tp, member) for tp in member.assignment or ()]
     owners = dict(owned)
     rows = owned + [(tp, None) for tp in sorted(committed) if tp not in owners]
     ends = _list_offsets(client, [tp for tp, _ in rows], LATEST)
-    result = []
+    result: list[_OffsetRow] = []
     for tp, m in rows:
         offset, epoch = committed.get(tp, (None, None))
-        end = ends.get(tp)
-        end = None if isinstance(end, ErrorCode) else end  # Kafka's tool shows "-" for a partition it cannot ask
+        asked = ends.get(tp)
+        end = None if isinstance(asked, ErrorCode) else asked  # Kafka's tool shows "-" for a partition it cannot ask
         result.append({"topic": tp[0], "partition": tp[1], "currentOffset": offset, "leaderEpoch": epoch,
                        "logEndOffset": end, "lag": end - offset if end is not None and offset is not None else None,
                        "memberId": m.member_id if m else None, "host": m.host if m else None,
@@ -287,7 +323,7 @@ def _assignment_text(assignment: tuple[TopicPartition, ...] | None) -> str | Non
     """Kafka's `topic:0,1;other:2`."""
     if not assignment:
         return None
-    grouped = defaultdict(list)
+    grouped: defaultdict[str, list[int]] = defaultdict(list)
     for topic, p in assignment:
         grouped[topic].append(p)
     return ";".join(f"{t}:{','.join(map(str, sorted(ps)))}" for t, ps in sorted(grouped.items()))
@@ -305,11 +341,11 @@ def _note_state(group: DescribedGroup) -> bool:
     return True
 
 
-def _describe(client: AdminClient, args, out: TextIO) -> int:
+def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     groups = _describe_groups(client, list(dict.fromkeys(args.groups)))
     missing = [g for g in groups if g.state == "Dead"]
     if args.as_json:
-        documents = []
+        documents: list[dict[str, object]] = []
         for g in groups:
             dead = g.state == "Dead"
             documents.append({
@@ -346,8 +382,8 @@ def _describe(client: AdminClient, args, out: TextIO) -> int:
     return 1 if missing else 0
 
 
-def _delete(client: AdminClient, args, out: TextIO) -> int:
-    response = client.request(DeleteGroupsRequest(groups_names=tuple(dict.fromkeys(args.groups))))
+def _delete(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    response: DeleteGroupsResponse = client.request(DeleteGroupsRequest(groups_names=tuple(dict.fromkeys(args.groups))))
     results = [(r.group_id, None if r.error_code == ErrorCode.none else error_name(r.error_code))
                for r in response.results]
     failed = [(g, e) for g, e in results if e]
@@ -370,28 +406,30 @@ def _partitions_of(client: AdminClient, specs: list[str]) -> tuple[list[TopicPar
     parsed = [parse_partitions(s) for s in specs]
     bare = [t for t, ps in parsed if ps is None]
     counts = _topic_partitions(client, bare) if bare else {}
-    partitions, errors = [], {}
+    partitions: list[TopicPartition] = []
+    errors: dict[str, ErrorCode] = {}
     for topic, ps in parsed:
+        count = counts.get(topic, 0)
         if ps is not None:
             partitions += [(topic, p) for p in ps]
-        elif isinstance(counts.get(topic), ErrorCode):
-            errors[topic] = counts[topic]
+        elif isinstance(count, ErrorCode):
+            errors[topic] = count
         else:
-            partitions += [(topic, p) for p in range(counts.get(topic, 0))]
+            partitions += [(topic, p) for p in range(count)]
     return sorted(set(partitions)), errors
 
 
-def _delete_offsets(client: AdminClient, args, out: TextIO) -> int:
+def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     group_id = args.group
     partitions, topic_errors = _partitions_of(client, args.topics)
-    by_topic = defaultdict(list)
+    by_topic: defaultdict[str, list[OffsetDeleteRequestPartition]] = defaultdict(list)
     for topic, p in partitions:
         by_topic[topic].append(OffsetDeleteRequestPartition(partition_index=i32(p)))
     error = ErrorCode.none
     codes: dict[tuple[str, int | None], ErrorCode] = {(t, None): e for t, e in topic_errors.items()}
     if by_topic:
-        response = client.request(OffsetDeleteRequest(group_id=group_id, topics=tuple(
-            OffsetDeleteRequestTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+        response: OffsetDeleteResponse = client.request(OffsetDeleteRequest(group_id=GroupId(group_id), topics=tuple(
+            OffsetDeleteRequestTopic(name=TopicName(t), partitions=tuple(ps)) for t, ps in by_topic.items())))
         error = response.error_code
         if error != ErrorCode.none:
             # A group-level refusal is every partition's, as Kafka's admin client reports it.
@@ -432,20 +470,22 @@ def _clamp(tp: TopicPartition, offset: int, earliest: int, latest: int) -> int:
 
 def _offsets_of(client: AdminClient, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
     found = _list_offsets(client, partitions, timestamp)
+    offsets: dict[TopicPartition, int] = {}
     for tp in partitions:
         value = found.get(tp, ErrorCode.unknown_topic_or_partition)
         if isinstance(value, ErrorCode):
             raise BrokerError(f"Failed to list the offsets of {tp[0]}-{tp[1]}: {error_name(value)}")
-    return found
+        offsets[tp] = value
+    return offsets
 
 
-def _reset_partitions(client: AdminClient, args) -> list[TopicPartition]:
+def _reset_partitions(client: AdminClient, args: argparse.Namespace) -> list[TopicPartition]:
     """--all-topics: the partitions the group has offsets for; else those --topic names, all of which must exist."""
     if args.all_topics:
         return sorted(_committed(client, args.group))
     parsed = [parse_partitions(spec) for spec in args.topics]
     counts = _topic_partitions(client, {topic for topic, _ in parsed})
-    partitions = set()
+    partitions: set[TopicPartition] = set()
     for topic, asked in parsed:
         count = counts.get(topic, ErrorCode.unknown_topic_or_partition)
         if isinstance(count, ErrorCode):
@@ -458,7 +498,7 @@ def _reset_partitions(client: AdminClient, args) -> list[TopicPartition]:
     return sorted(partitions)
 
 
-def _reset_offsets(client: AdminClient, args, out: TextIO) -> int:
+def _reset_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     group_id = args.group
     (group,) = _describe_groups(client, [group_id])
     if group.state not in INACTIVE:
@@ -474,18 +514,19 @@ def _reset_offsets(client: AdminClient, args, out: TextIO) -> int:
         new = {tp: _clamp(tp, args.to_offset, earliest[tp], latest[tp]) for tp in partitions}
     new = {tp: new[tp] for tp in partitions}
     if args.execute and new:
-        by_topic = defaultdict(list)
+        by_topic: defaultdict[str, list[OffsetCommitRequestPartition]] = defaultdict(list)
         for (topic, p), offset in new.items():
             by_topic[topic].append(OffsetCommitRequestPartition(
                 partition_index=i32(p), committed_offset=i64(offset), committed_metadata=""))
         # Generation -1 and no member id: a commit from outside the group, which only an Empty group accepts.
-        response = client.request(OffsetCommitRequest(group_id=group_id, generation_id_or_member_epoch=i32(-1),
-                                                      member_id="", group_instance_id=None, topics=tuple(
-            OffsetCommitRequestTopic(name=t, partitions=tuple(ps)) for t, ps in by_topic.items())))
+        response: OffsetCommitResponse = client.request(OffsetCommitRequest(
+            group_id=GroupId(group_id), generation_id_or_member_epoch=i32(-1), member_id="", group_instance_id=None,
+            topics=tuple(OffsetCommitRequestTopic(name=TopicName(t), partitions=tuple(ps))
+                         for t, ps in by_topic.items())))
         for t in response.topics:
-            for p in t.partitions:
-                _check(p.error_code, f"Failed to commit the offset of group '{group_id}' for {t.name}-"
-                                     f"{p.partition_index}")
+            for committed in t.partitions:
+                _check(committed.error_code, f"Failed to commit the offset of group '{group_id}' for {t.name}-"
+                                             f"{committed.partition_index}")
     elif not args.execute and not args.dry_run and not args.as_json:
         print(f"{PROG}: a dry run: nothing was committed (add --execute to commit these offsets)", file=sys.stderr)
     if args.as_json:

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sized
 from typing import Any, Protocol
 
 from logstore.broker.config import BrokerConfig
@@ -52,19 +52,19 @@ class Ticking(Protocol):
     def close(self) -> None: ...
 
 
-def cluster_id(log_dir: str, node_id: int) -> str:
+def cluster_id(log_dir: str, node_id: int, fs: FileSystem = OS) -> str:
     """The cluster id in `meta.properties` (Kafka's file), made once per log dir."""
     path = os.path.join(log_dir, META_PROPERTIES)
     try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                key, _, value = line.strip().partition("=")
-                if key == "cluster.id":
-                    return value
+        text = fs.read_file(path).decode("utf-8")
     except FileNotFoundError:
-        pass
+        text = ""
+    for line in text.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key == "cluster.id":
+            return value
     made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
-    write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode())
+    write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode(), fs=fs)
     return made
 
 
@@ -84,9 +84,9 @@ class Node:
         self.store = LogManager(config.log_dirs, config.log_config, broker_settings=settings,
                                 topic_defaults=_internal_topic_defaults(config.settings), fs=fs)
         try:
-            self.cluster_id = cluster_id(config.log_dirs[0], self.node_id)
+            self.cluster_id = cluster_id(config.log_dirs[0], self.node_id, fs)
             self._complete_topics()
-            self.producer_ids = ProducerIdAllocator(config.log_dirs[0])
+            self.producer_ids = ProducerIdAllocator(config.log_dirs[0], fs)
             self._on_appended = on_appended or (lambda: None)
             self._wake = threading.Condition()
             self._woken = False
@@ -245,7 +245,7 @@ class Node:
     def __enter__(self) -> Node:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
@@ -263,7 +263,7 @@ class Node:
         self.store.close()
 
 
-def _internal_topic_defaults(settings) -> dict[str, dict[str, Any]]:
+def _internal_topic_defaults(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     """Kafka's configs of the internal topics, with this broker's segment sizes for them."""
     segment_bytes = {OFFSETS_TOPIC: settings["offsets.topic.segment.bytes"],
                      TXN_STATE_TOPIC: settings["transaction.state.log.segment.bytes"]}
@@ -271,8 +271,7 @@ def _internal_topic_defaults(settings) -> dict[str, dict[str, Any]]:
             for topic, configs in INTERNAL_TOPIC_CONFIGS.items()}
 
 
-def _logged(items, message: str):
+def _logged(items: int | Sized, message: str) -> None:
     count = items if isinstance(items, int) else len(items)
     if count:
         log.info(message, count)
-    return None

@@ -11,6 +11,7 @@ import os
 import threading
 
 from logstore.checkpoints import write_atomically
+from logstore.filesystem import OS, FileSystem
 
 BLOCK_SIZE = 1000
 FILE_NAME = "logstore-producer-id-block"
@@ -19,12 +20,12 @@ FILE_NAME = "logstore-producer-id-block"
 class ProducerIdAllocator:
     """Hands out increasing producer ids, persisted by blocks in one file of the log dir."""
 
-    def __init__(self, log_dir: str):
+    def __init__(self, log_dir: str, fs: FileSystem = OS):
         self.path = os.path.join(log_dir, FILE_NAME)
+        self.fs = fs
         self._lock = threading.Lock()
         try:
-            with open(self.path, encoding="ascii") as f:
-                self._next = int(f.read().strip() or 0)
+            self._next = int(self.fs.read_file(self.path).decode("ascii").strip() or 0)
         except FileNotFoundError:
             self._next = 0
             self.persisted = False
@@ -37,7 +38,7 @@ class ProducerIdAllocator:
         with self._lock:
             if producer_id >= self._next or not self.persisted:
                 self._next = max(self._next, producer_id + 1)
-                write_atomically(self.path, f"{self._next}\n".encode("ascii"))
+                write_atomically(self.path, f"{self._next}\n".encode("ascii"), fs=self.fs)
                 self._block_end = self._next
                 self.persisted = True
 
@@ -46,7 +47,7 @@ class ProducerIdAllocator:
         with self._lock:
             if self._next >= self._block_end:
                 end = self._next + BLOCK_SIZE
-                write_atomically(self.path, f"{end}\n".encode("ascii"))
+                write_atomically(self.path, f"{end}\n".encode("ascii"), fs=self.fs)
                 self._block_end = end
             pid = self._next
             self._next += 1

@@ -13,25 +13,35 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cache
+from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import DecodeError
-from kio.static.primitive import i32Timedelta
+from kio.static.primitive import i32, i32Timedelta
 
 from logstore.broker.array_bounds import check_and_strip
-from logstore.native.wire import WireError, decode_produce
+from logstore.native.wire import ProduceRequest, WireError, decode_produce
+
+if TYPE_CHECKING:
+    from kio.serial.readers import Reader
+    from kio.static.protocol import RequestHeader, RequestPayload, ResponseHeader, ResponsePayload
+
+    from logstore.segment import FileSlice
 
 __all__ = ["ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
            "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
-           "encode_kio", "decode_native_produce"]
+           "encode_kio", "decode_native_produce", "Part"]
 
 _API = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 ZERO_MS = i32Timedelta.parse(timedelta(0))
+# A kio writer as called here: with a ResponseFrame as its sink, and any payload of its class.
+_Write = Callable[["ResponseFrame", Any], None]
 
 
 class ProtocolError(Exception):
@@ -42,7 +52,7 @@ class UnsupportedRequest(ProtocolError):
     """An API key or version with no schema here."""
 
 
-def peek_api(frame) -> tuple[int, int, int]:
+def peek_api(frame: bytes) -> tuple[int, int, int]:
     """(api key, api version, correlation id) from a frame's first 8 bytes."""
     if len(frame) < _API.size:
         raise ProtocolError(f"a request of {len(frame)} bytes has no header")
@@ -50,7 +60,8 @@ def peek_api(frame) -> tuple[int, int, int]:
 
 
 @cache
-def _request_codec(api_key: int, version: int):
+def _request_codec(api_key: int, version: int) -> tuple[
+        type[RequestHeader], Reader[RequestHeader], type[RequestPayload], Reader[RequestPayload]]:
     try:
         cls = load_request_schema(api_key, version)
     except (UnknownAPIKey, UnknownEntity):
@@ -59,13 +70,14 @@ def _request_codec(api_key: int, version: int):
 
 
 @cache
-def _response_codec(api_key: int, version: int):
+def _response_codec(api_key: int, version: int) -> tuple[type[ResponseHeader], _Write, _Write]:
     cls = load_response_schema(api_key, version)
     header = cls.__header_schema__
-    return header, entity_writer(header), entity_writer(cls)
+    # kio types a writer's sink as a stream or IO[bytes], but only ever calls its write(): ResponseFrame's.
+    return header, cast(_Write, entity_writer(header)), cast(_Write, entity_writer(cls))
 
 
-def decode_request(frame: bytes):
+def decode_request(frame: bytes) -> tuple[RequestHeader, RequestPayload]:
     """(header, body) of a whole request frame (the bytes after the size prefix)."""
     api_key, version, _ = peek_api(frame)
     header_cls, read_header, body_cls, read_body = _request_codec(api_key, version)
@@ -86,13 +98,13 @@ def decode_request(frame: bytes):
     return header, body
 
 
-def decode_kio(frame: bytes):
+def decode_kio(frame: bytes) -> tuple[str | None, RequestPayload]:
     """(client id, body) of a request frame, through kio: every API's default decoder."""
     header, body = decode_request(frame)
     return header.client_id, body
 
 
-def decode_native_produce(frame: bytes):
+def decode_native_produce(frame: bytes) -> tuple[str | None, ProduceRequest]:
     """(client id, body) of a Produce frame, natively: the records stay views of the frame."""
     try:
         return decode_produce(frame)
@@ -100,11 +112,12 @@ def decode_native_produce(frame: bytes):
         raise ProtocolError(f"Produce v{peek_api(frame)[1]}: {exc}") from None
 
 
-def read_header_only(frame: bytes, api_key: int, version: int):
+def read_header_only(frame: bytes, api_key: int, version: int) -> RequestHeader:
     """The request header of a frame whose body this broker cannot decode (ApiVersions from the future)."""
     from kio.schema.request_header.v1 import RequestHeader as V1
     from kio.schema.request_header.v2 import RequestHeader as V2
-    header, _ = entity_reader(V2 if version >= 3 else V1)(frame, 0)
+    header_cls: type[RequestHeader] = V2 if version >= 3 else V1
+    header, _ = entity_reader(header_cls)(frame, 0)
     return header
 
 
@@ -118,7 +131,7 @@ class HeldSlice:
 
     __slots__ = ("fd", "position", "size")
 
-    def __init__(self, file_slice):
+    def __init__(self, file_slice: FileSlice):
         self.fd = os.dup(file_slice.fd)
         self.position = file_slice.position
         self.size = file_slice.size
@@ -144,12 +157,16 @@ class HeldSlice:
     __del__ = close
 
 
+# What a reply is sent as: bytes, and file ranges the sender reads or sendfiles itself.
+Part: TypeAlias = "bytes | HeldSlice"
+
+
 class PreEncoded:
     """A response a handler encoded itself (natively): the frame as parts, file ranges among them."""
 
     __slots__ = ("parts",)
 
-    def __init__(self, parts: list):
+    def __init__(self, parts: Sequence[Part]):
         self.parts = parts
 
     def close(self) -> None:
@@ -164,12 +181,12 @@ class ResponseFrame:
 
     __slots__ = ("parts", "size", "_small")
 
-    def __init__(self):
-        self.parts: list = []
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
         self.size = 0
         self._small = bytearray()
 
-    def write(self, data) -> int:
+    def write(self, data: bytes) -> int:
         """kio's sink: small pieces are gathered, large buffers kept by reference."""
         n = len(data)
         self.size += n
@@ -189,7 +206,7 @@ class ResponseFrame:
         return self
 
 
-def encode_body(response) -> bytes:
+def encode_body(response: ResponsePayload) -> bytes:
     """A response body's bytes without header or size, for a reply that is sent again and again."""
     _, _, write_body = _response_codec(response.__api_key__, response.__version__)
     frame = ResponseFrame()
@@ -202,23 +219,25 @@ def frame_of_body(correlation_id: int, api_key: int, version: int, body: bytes) 
     header_cls, write_header, _ = _response_codec(api_key, version)
     frame = ResponseFrame()
     frame.write(b"\0\0\0\0")
-    write_header(frame, header_cls(correlation_id=correlation_id))
+    # A correlation id is the request's int32, echoed: kio's i32 in all but name.
+    write_header(frame, header_cls(correlation_id=cast(i32, correlation_id)))
     head = bytearray(b"".join(frame.finish().parts))
     _SIZE.pack_into(head, 0, len(head) - 4 + len(body))
     return PreEncoded([bytes(head), body])
 
 
-def encode_kio(correlation_id: int, version: int, response) -> PreEncoded:
+def encode_kio(correlation_id: int, version: int, response: ResponsePayload) -> PreEncoded:
     """A kio response as the parts of its frame: every API's default encoder."""
     return PreEncoded(encode_response(correlation_id, response).parts)
 
 
-def encode_response(correlation_id: int, response) -> ResponseFrame:
+def encode_response(correlation_id: int, response: ResponsePayload) -> ResponseFrame:
     """The frame of a response: size prefix, the header its schema names, the body."""
     header_cls, write_header, write_body = _response_codec(response.__api_key__, response.__version__)
     frame = ResponseFrame()
     frame.write(b"\0\0\0\0")
-    write_header(frame, header_cls(correlation_id=correlation_id))
+    # A correlation id is the request's int32, echoed: kio's i32 in all but name.
+    write_header(frame, header_cls(correlation_id=cast(i32, correlation_id)))
     write_body(frame, response)
     frame.finish()
     first = bytearray(frame.parts[0])

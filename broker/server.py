@@ -18,13 +18,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import IO, Any, TypeAlias, TypeVar, cast
 
 from logstore.broker.api import REGISTRY, Api, Request, load_all
-from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer
+from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer, KafkaPrincipal
 from logstore.broker.config import BrokerConfig
 from logstore.broker.node import Node
-from logstore.broker.protocol import HeldSlice, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
+from logstore.broker.protocol import HeldSlice, Part, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
 from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,12 @@ SENDFILE_MIN_BYTES = 64 * 1024
 IDLE = "connections.max.idle.ms"
 # Coordinator calls block on fsyncs; this many run at once (their fsyncs are shared by group commit).
 COORDINATOR_THREADS = 16
+
+_T = TypeVar("_T")
+# A connection's replies in request order (each the handler's task, or a done future); None ends the queue.
+_Replies: TypeAlias = "asyncio.Queue[Awaitable[PreEncoded | None] | None]"
+# A connection's [when it last read a frame or sent a reply (loop time), how many replies it owes].
+_Activity: TypeAlias = list[float]
 
 
 class Broker:
@@ -61,17 +69,17 @@ class Broker:
         self.closing = False
         self._appended = asyncio.Event()
         self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task] = set()
+        self._connections: set[asyncio.Task[Any]] = set()
         # Per connection: when it last read a frame or sent a reply, and how many replies it owes.
-        self._activity: dict[asyncio.Task, list] = {}
-        self._reaper: asyncio.Task | None = None
+        self._activity: dict[asyncio.Task[Any], _Activity] = {}
+        self._reaper: asyncio.Task[None] | None = None
         self._sendfile = True
         # Encoded answers that only change with the topics, per API key (Metadata).
-        self.response_cache: dict[int, dict] = {}
+        self.response_cache: dict[int, dict[Hashable, bytes]] = {}
 
     # -- what handlers use -------------------------------------------------------------------
 
-    def create_topic(self, name: str, partitions: int, configs=None) -> int:
+    def create_topic(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None) -> int:
         """Create a topic (Kafka's name rules); returns its partition count."""
         return self.store.create_topic(name, partitions, configs).partitions
 
@@ -93,7 +101,7 @@ class Broker:
         if self._loop is not None and not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self.notify_appended)
 
-    async def coordinate(self, call, *args):
+    async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a (blocking) coordinator call in the coordinator pool."""
         return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, call, *args)
 
@@ -124,9 +132,10 @@ class Broker:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
+        assert task is not None  # asyncio runs each connection's callback as a task
         self._connections.add(task)
         activity = self._activity[task] = [asyncio.get_running_loop().time(), 0]
-        replies: asyncio.Queue = asyncio.Queue()
+        replies: _Replies = asyncio.Queue()
         sender = asyncio.create_task(self._send_replies(replies, writer, activity))
         peer = writer.get_extra_info("peername")
         try:
@@ -151,8 +160,8 @@ class Broker:
             self._connections.discard(task)
             self._activity.pop(task, None)
 
-    async def _read_requests(self, reader: asyncio.StreamReader, replies: asyncio.Queue, peer, activity,
-                             principal) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, replies: _Replies, peer: object,
+                             activity: _Activity, principal: KafkaPrincipal) -> None:
         limit = self.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
         client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
@@ -180,7 +189,7 @@ class Broker:
             activity[1] += 1
             await replies.put(task)
 
-    async def _handle(self, api: Api, request: Request, body) -> PreEncoded | None:
+    async def _handle(self, api: Api, request: Request, body: object) -> PreEncoded | None:
         """The handler's answer, encoded as the registration says (None: nothing to send)."""
         try:
             response = await api.handler(request, body)
@@ -189,7 +198,7 @@ class Broker:
             log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
             raise
 
-    async def _send_replies(self, replies: asyncio.Queue, writer: asyncio.StreamWriter, activity) -> None:
+    async def _send_replies(self, replies: _Replies, writer: asyncio.StreamWriter, activity: _Activity) -> None:
         loop = asyncio.get_running_loop()
         while True:
             item = await replies.get()
@@ -211,7 +220,7 @@ class Broker:
                 response.close()
             await writer.drain()
 
-    async def _send_parts(self, parts: list, writer: asyncio.StreamWriter) -> None:
+    async def _send_parts(self, parts: Sequence[Part], writer: asyncio.StreamWriter) -> None:
         loop = asyncio.get_running_loop()
         for part in parts:
             if not isinstance(part, HeldSlice):
@@ -221,7 +230,9 @@ class Broker:
             else:
                 await writer.drain()
                 try:
-                    await loop.sendfile(writer.transport, part, part.position, part.size, fallback=False)
+                    # asyncio's sendfile needs only the fileno() and seek() a HeldSlice has, not a whole IO.
+                    await loop.sendfile(writer.transport, cast("IO[bytes]", part), part.position, part.size,
+                                        fallback=False)
                 except (AttributeError, NotImplementedError, asyncio.SendfileNotAvailableError):
                     # uvloop, or a transport without sendfile: copy, and stop trying.
                     self._sendfile = False
@@ -252,8 +263,8 @@ class Broker:
         log.info("logstore broker %d stopped", self.node_id)
 
 
-def _done(value) -> asyncio.Future:
-    future = asyncio.get_running_loop().create_future()
+def _done(value: PreEncoded) -> asyncio.Future[PreEncoded | None]:
+    future: asyncio.Future[PreEncoded | None] = asyncio.get_running_loop().create_future()
     future.set_result(value)
     return future
 

@@ -23,6 +23,8 @@ import signal
 import socket
 import sys
 import traceback
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import Any
 
 from logstore.broker.authorizer import AUTHORIZER_SETTING, Authorizer, load_authorizer
 from logstore.broker.config import BrokerConfig
@@ -49,8 +51,8 @@ class StartError(Exception):
         self.status = status
 
 
-async def run_broker(config: BrokerConfig, ready=None, authorizer: Authorizer | None = None,
-                     fs: FileSystem = OS) -> None:
+async def run_broker(config: BrokerConfig, ready: Callable[[str, int], None] | None = None,
+                     authorizer: Authorizer | None = None, fs: FileSystem = OS) -> None:
     """Run a broker until SIGTERM or SIGINT; `ready(host, port)` is called once it listens.
 
     A log dir that cannot be used, or a port that cannot be bound (`run` tries the port before the
@@ -77,10 +79,11 @@ async def run_broker(config: BrokerConfig, ready=None, authorizer: Authorizer | 
     await broker.serve_until(stop)
 
 
-def parse_log_levels(items) -> tuple[int | None, dict[str, int]]:
+def parse_log_levels(items: Iterable[tuple[str, str]]) -> tuple[int | None, dict[str, int]]:
     """The root level and per-logger levels of (where, text) items: `LEVEL` or `LOGGER=LEVEL`, comma-separated
     lists allowed; a later item wins."""
-    root, loggers = None, {}
+    root: int | None = None
+    loggers: dict[str, int] = {}
     for where, text in items:
         for part in filter(None, (p.strip() for p in text.split(","))):
             name, sep, level = part.rpartition("=")
@@ -103,8 +106,8 @@ def configured_authorizer(config: BrokerConfig) -> Authorizer:
         raise StartError(str(exc), 2) from exc
 
 
-def run(config_path: str | None, overrides: list[str], *, log_levels=(), print_config: bool = False,
-        environ=None, authorizer: Authorizer | None = None, fs: FileSystem = OS) -> int:
+def run(config_path: str | None, overrides: list[str], *, log_levels: Iterable[str] = (), print_config: bool = False,
+        environ: Mapping[str, str] | None = None, authorizer: Authorizer | None = None, fs: FileSystem = OS) -> int:
     """`logstore broker`: serve until a signal; the exit status (0, 1 runtime failure, 2 usage or config).
 
     A failure the user can fix is one or two lines on stderr; the traceback too at --log-level DEBUG.
@@ -138,15 +141,11 @@ def run(config_path: str | None, overrides: list[str], *, log_levels=(), print_c
         return _failed(exc, debug)
     config_log.info("BrokerConfig values:\n%s", "\n".join(f"\t{name} = {value}" for name, value in config.values()))
 
-    def ready(host, port):
+    def ready(host: str, port: int) -> None:
         # One line on stdout that tests and scripts wait for.
         print(f"logstore broker listening on {f'[{host}]' if ':' in host else host}:{port}", flush=True)
     try:
-        import uvloop
-    except ImportError:
-        uvloop = None
-    try:
-        (uvloop.run if uvloop is not None else asyncio.run)(run_broker(config, ready, authorizer, fs))
+        _event_loop_runner()(run_broker(config, ready, authorizer, fs))
     except StartError as exc:
         return _failed(exc, debug)
     except LogStoreError as exc:
@@ -155,6 +154,18 @@ def run(config_path: str | None, overrides: list[str], *, log_levels=(), print_c
     except OSError as exc:
         return _failed(StartError(f"I/O error: {exc}", 1), debug, exc)
     return 0
+
+
+def _event_loop_runner() -> Callable[[Coroutine[Any, Any, None]], None]:
+    """uvloop's `run` when the `fast` extra is installed, else asyncio's."""
+    try:
+        # uvloop is optional (the `fast` extra) and absent from the type-checking environment;
+        # unused-ignore keeps mypy quiet where it is installed.
+        import uvloop  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return asyncio.run
+    run: Callable[[Coroutine[Any, Any, None]], None] = uvloop.run
+    return run
 
 
 def _failed(exc: StartError, debug: bool, cause: BaseException | None = None) -> int:

@@ -53,8 +53,9 @@ import json
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from typing import TextIO
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, TextIO
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
@@ -62,9 +63,18 @@ from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
+from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i32, i64
 
 from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
+
+if TYPE_CHECKING:
+    # The classes of the responses the requests below get (AdminClient.request returns them as Any).
+    from kio.schema.describe_producers.v0.response import DescribeProducersResponse, ProducerState
+    from kio.schema.describe_transactions.v0.response import DescribeTransactionsResponse, TransactionState
+    from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
+    from kio.schema.list_transactions.v1.response import ListTransactionsResponse
+    from kio.schema.metadata.v9.response import MetadataResponse
 
 __all__ = ["run", "BrokerError", "UsageError"]
 
@@ -94,11 +104,11 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return "None" if value is None else str(value)
 
 
-def print_table(headers: list[str], rows: list[list], out: TextIO) -> None:
+def print_table(headers: list[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
     """Kafka's ToolsUtils.prettyPrintTable: cells padded to their column's width, tab-separated."""
     cells = [headers] + [[_text(v) for v in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
@@ -106,7 +116,7 @@ def print_table(headers: list[str], rows: list[list], out: TextIO) -> None:
         print("\t".join(v.ljust(w) for v, w in zip(row, widths)).rstrip(), file=out)
 
 
-def _check(code, what: str) -> None:
+def _check(code: int, what: str) -> None:
     if code != ErrorCode.none:
         raise BrokerError(f"{what}: {error_name(code)}")
 
@@ -116,24 +126,26 @@ def _check(code, what: str) -> None:
 
 def _node_id(client: AdminClient) -> int:
     """The id of the broker this client talks to (Kafka's tool lists transactions per broker id)."""
-    metadata = client.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
-                                              include_cluster_authorized_operations=False,
-                                              include_topic_authorized_operations=False))
+    metadata: MetadataResponse = client.request(MetadataRequest(topics=(), allow_auto_topic_creation=False,
+                                                                include_cluster_authorized_operations=False,
+                                                                include_topic_authorized_operations=False))
     if len(metadata.brokers) == 1:
         return metadata.brokers[0].node_id
+    assert client.address is not None  # the request above connected
     host, port = client.address
     return next((b.node_id for b in metadata.brokers if (b.host, b.port) == (host, port)), -1)
 
 
-def _list_transactions(client: AdminClient, *, states=(), producer_ids=(), duration_ms: int = -1):
-    response = client.request(ListTransactionsRequest(state_filters=tuple(states),
-                                                      producer_id_filters=tuple(i64(p) for p in producer_ids),
-                                                      duration_filter=i64(duration_ms)))
+def _list_transactions(client: AdminClient, *, states: Iterable[str] = (), producer_ids: Iterable[int] = (),
+                       duration_ms: int = -1) -> ListTransactionsResponse:
+    response: ListTransactionsResponse = client.request(ListTransactionsRequest(
+        state_filters=tuple(states), producer_id_filters=tuple(ProducerId(p) for p in producer_ids),
+        duration_filter=i64(duration_ms)))
     _check(response.error_code, "Failed to list transactions")
     return response
 
 
-def _list(client: AdminClient, args, out: TextIO) -> int:
+def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     response = _list_transactions(client, states=args.states or (), producer_ids=args.producer_ids or (),
                                   duration_ms=-1 if args.duration_filter is None else args.duration_filter)
     node = _node_id(client)
@@ -152,10 +164,11 @@ def _list(client: AdminClient, args, out: TextIO) -> int:
     return 0
 
 
-def _describe_transactions(client: AdminClient, ids: list[str]) -> dict:
+def _describe_transactions(client: AdminClient, ids: list[str]) -> dict[str, TransactionState | None]:
     """Each id's DescribeTransactions row; None for an id the coordinator does not know."""
-    response = client.request(DescribeTransactionsRequest(transactional_ids=tuple(ids)))
-    found = {}
+    response: DescribeTransactionsResponse = client.request(DescribeTransactionsRequest(
+        transactional_ids=tuple(TransactionalId(i) for i in ids)))
+    found: dict[str, TransactionState | None] = {}
     for row in response.transaction_states:
         if row.error_code == ErrorCode.transactional_id_not_found:
             found[row.transactional_id] = None
@@ -166,15 +179,15 @@ def _describe_transactions(client: AdminClient, ids: list[str]) -> dict:
     return found
 
 
-def _start_ms(row) -> int | None:
-    # None is how the admin client reads Kafka's -1.
-    start = row.transaction_start_time
+def _start_ms(row: TransactionState) -> int | None:
+    # None is how the admin client reads Kafka's -1 (kio's class says a datetime is always there).
+    start: datetime | None = row.transaction_start_time
     return None if start is None else round(start.timestamp() * 1000)
 
 
-def _describe(client: AdminClient, args, out: TextIO) -> int:
+def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     txn_id = args.transactional_id
-    coordinator = client.request(FindCoordinatorRequest(key=txn_id, key_type=TRANSACTION_KEY))
+    coordinator: FindCoordinatorResponse = client.request(FindCoordinatorRequest(key=txn_id, key_type=TRANSACTION_KEY))
     _check(coordinator.error_code, f"Failed to find the coordinator of transactional-id `{txn_id}`")
     row = _describe_transactions(client, [txn_id]).get(txn_id)
     if row is None:
@@ -198,15 +211,16 @@ def _describe(client: AdminClient, args, out: TextIO) -> int:
     return 0
 
 
-def _describe_producers(client: AdminClient, partitions: list[tuple[str, int]]) -> dict:
+def _describe_producers(client: AdminClient, partitions: list[tuple[str, int]]
+                        ) -> dict[tuple[str, int], tuple[ProducerState, ...]]:
     """(topic, partition) → its active producers, MAX_BATCH partitions per request."""
-    found = {}
+    found: dict[tuple[str, int], tuple[ProducerState, ...]] = {}
     for start in range(0, len(partitions), MAX_BATCH):
-        by_topic = defaultdict(list)
-        for topic, partition in partitions[start:start + MAX_BATCH]:
-            by_topic[topic].append(i32(partition))
-        response = client.request(DescribeProducersRequest(topics=tuple(
-            TopicRequest(name=t, partition_indexes=tuple(ps)) for t, ps in by_topic.items())))
+        by_topic: defaultdict[str, list[i32]] = defaultdict(list)
+        for name, partition in partitions[start:start + MAX_BATCH]:
+            by_topic[name].append(i32(partition))
+        response: DescribeProducersResponse = client.request(DescribeProducersRequest(topics=tuple(
+            TopicRequest(name=TopicName(t), partition_indexes=tuple(ps)) for t, ps in by_topic.items())))
         for topic in response.topics:
             for row in topic.partitions:
                 where = f"{topic.name}-{row.partition_index}"
@@ -215,7 +229,7 @@ def _describe_producers(client: AdminClient, partitions: list[tuple[str, int]]) 
     return found
 
 
-def _describe_producers_command(client: AdminClient, args, out: TextIO) -> int:
+def _describe_producers_command(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     producers = _describe_producers(client, [(args.topic, args.partition)])[(args.topic, args.partition)]
     rows = [[p.producer_id, p.producer_epoch, p.coordinator_epoch, p.last_sequence, p.last_timestamp,
              p.current_txn_start_offset if p.current_txn_start_offset >= 0 else None] for p in producers]
@@ -233,29 +247,31 @@ def _describe_producers_command(client: AdminClient, args, out: TextIO) -> int:
 def _partitions_to_search(client: AdminClient, topic: str | None, partition: int | None) -> list[tuple[str, int]]:
     if topic is not None and partition is not None:
         return [(topic, partition)]
-    metadata = client.request(MetadataRequest(
-        topics=None if topic is None else (MetadataRequestTopic(name=topic),), allow_auto_topic_creation=False,
-        include_cluster_authorized_operations=False, include_topic_authorized_operations=False))
-    found = []
+    metadata: MetadataResponse = client.request(MetadataRequest(
+        topics=None if topic is None else (MetadataRequestTopic(name=TopicName(topic)),),
+        allow_auto_topic_creation=False, include_cluster_authorized_operations=False,
+        include_topic_authorized_operations=False))
+    found: list[tuple[str, int]] = []
     for t in metadata.topics:
         _check(t.error_code, f"Failed to describe topic {t.name}")
         found += [(t.name, p.partition_index) for p in t.partitions]
     return sorted(found)
 
 
-def _find_hanging(client: AdminClient, args, out: TextIO) -> int:
+def _find_hanging(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     max_timeout_ms = args.max_transaction_timeout * 60_000
     partitions = _partitions_to_search(client, args.topic, args.partition)
     now = _now_ms()
     candidates = [(tp, p) for tp, producers in _describe_producers(client, partitions).items() for p in producers
                   if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms]
-    hanging = []
+    hanging: list[tuple[tuple[str, int], ProducerState]] = []
     if candidates:
         listing = _list_transactions(client, producer_ids=sorted({p.producer_id for _, p in candidates}))
         txn_ids = {t.producer_id: t.transactional_id for t in listing.transaction_states}
         described = _describe_transactions(client, sorted(set(txn_ids.values()))) if txn_ids else {}
         for tp, producer in candidates:
-            row = described.get(txn_ids.get(producer.producer_id))
+            txn_id = txn_ids.get(producer.producer_id)
+            row = None if txn_id is None else described.get(txn_id)
             # The coordinator still owns the transaction (and will write its marker) only if the id is
             # held by this producer and the partition is in its transaction.
             owned = (row is not None and row.producer_id == producer.producer_id
@@ -295,8 +311,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     return run_command(PROG, args, _check_arguments, COMMANDS[args.transactions_command], out)
 
 
-def run_command(prog: str, args: argparse.Namespace, check: Callable, command: Callable,
-                out: TextIO | None = None) -> int:
+def run_command(prog: str, args: argparse.Namespace, check: Callable[[argparse.Namespace], None],
+                command: Callable[[AdminClient, argparse.Namespace, TextIO], int], out: TextIO | None = None) -> int:
     """An admin command's run, shared by `logstore transactions` and `logstore groups`: arguments
     checked, a client made and closed, errors printed; the exit status (0, 1 broker error, 2 usage)."""
     out = sys.stdout if out is None else out

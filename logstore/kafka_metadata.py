@@ -27,6 +27,7 @@ from logstore.checkpoints import PARTITION_METADATA, read_partition_metadata, wr
 from logstore.cluster_metadata import ClusterMetadata, MetadataTopic, read_cluster_metadata
 from logstore.config import LogConfig
 from logstore.errors import CorruptRecordError, InvalidConfigError, StorageError
+from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +49,16 @@ class KafkaMetadata:
         return {"endOffset": self.cluster.end_offset, "snapshot": self.cluster.snapshot}
 
 
-def read_kafka_metadata(log_dirs: list[str], topic_dirs: Mapping[str, str]) -> KafkaMetadata | None:
+def read_kafka_metadata(log_dirs: list[str], topic_dirs: Mapping[str, str],
+                        fs: FileSystem = OS) -> KafkaMetadata | None:
     """The metadata log of the first log dir holding one, or None; `topic_dirs` maps a topic to one of its
     partition directories, whose `partition.metadata` must agree with the metadata log's topic id."""
     for log_dir in log_dirs:
         path = os.path.join(log_dir, METADATA_DIR)
-        if not os.path.isdir(path):
+        if not fs.isdir(path):
             continue
         try:
+            # Kafka's own files, only ever read here: mapped directly, not through `fs`.
             cluster = read_cluster_metadata(path)
         except CorruptRecordError as exc:
             # Advice, not data: the partitions open without it, as they would from a ZooKeeper-era broker.
@@ -68,7 +71,7 @@ def read_kafka_metadata(log_dirs: list[str], topic_dirs: Mapping[str, str]) -> K
             partition_dir = topic_dirs.get(name)
             if partition_dir is None:
                 continue
-            on_disk = _topic_id(partition_dir)
+            on_disk = _topic_id(partition_dir, fs)
             if on_disk is None or on_disk == topic.topic_id:
                 topics[name] = topic
             else:
@@ -77,30 +80,30 @@ def read_kafka_metadata(log_dirs: list[str], topic_dirs: Mapping[str, str]) -> K
     return None
 
 
-def _topic_id(partition_dir: str) -> bytes | None:
+def _topic_id(partition_dir: str, fs: FileSystem) -> bytes | None:
     try:
-        return read_partition_metadata(os.path.join(partition_dir, PARTITION_METADATA))
+        return read_partition_metadata(os.path.join(partition_dir, PARTITION_METADATA), fs)
     except FileNotFoundError:
         return None
 
 
-def applied_state(log_dir: str) -> dict[str, Any] | None:
+def applied_state(log_dir: str, fs: FileSystem = OS) -> dict[str, Any] | None:
     """The metadata-log state whose configs were last copied into `topic-configs`, or None."""
+    path = os.path.join(log_dir, APPLIED_FILE)
     try:
-        with open(os.path.join(log_dir, APPLIED_FILE), encoding="utf-8") as f:
-            state: dict[str, Any] = json.load(f)
-            return state
+        state: dict[str, Any] = json.loads(fs.read_file(path).decode("utf-8"))
+        return state
     except FileNotFoundError:
         return None
     except ValueError as exc:
-        raise StorageError(f"{os.path.join(log_dir, APPLIED_FILE)}: {exc}") from None
+        raise StorageError(f"{path}: {exc}") from None
 
 
-def record_applied(log_dirs: list[str], metadata: KafkaMetadata) -> None:
+def record_applied(log_dirs: list[str], metadata: KafkaMetadata, fs: FileSystem = OS) -> None:
     """Remember that this state of the metadata log has been applied."""
     data = json.dumps(metadata.state, sort_keys=True).encode("utf-8")
     for log_dir in log_dirs:
-        write_atomically(os.path.join(log_dir, APPLIED_FILE), data)
+        write_atomically(os.path.join(log_dir, APPLIED_FILE), data, fs=fs)
 
 
 def topic_overrides(metadata: KafkaMetadata, base: LogConfig) -> dict[str, dict[str, Any]]:

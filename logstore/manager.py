@@ -164,7 +164,10 @@ class LogManager:
         self._dir_locks: list[DirLock] = []
         try:
             for d in self.log_dirs:
-                fs.makedirs(d, exist_ok=True)
+                if not fs.isdir(d):
+                    # A new log dir whose name a power cut could take back: its parent is synced, as Kafka does.
+                    fs.makedirs(d, exist_ok=True)
+                    fs.fsync_dir(os.path.dirname(os.path.abspath(d)))
                 self._dir_locks.append(DirLock(d, fs))
             self._load_all()
         except BaseException:
@@ -200,7 +203,7 @@ class LogManager:
                     continue
                 jobs.append((log_dir, path, key, clean, recovery.get(key, 0), starts.get(key, 0)))
         self._load_topic_configs({job[2][0] for job in jobs})
-        self.kafka_metadata = read_kafka_metadata(self.log_dirs, {job[2][0]: job[1] for job in jobs})
+        self.kafka_metadata = read_kafka_metadata(self.log_dirs, {job[2][0]: job[1] for job in jobs}, fs=self.fs)
         if self.kafka_metadata is not None:
             self._apply_kafka_metadata(self.kafka_metadata)
         else:
@@ -241,7 +244,7 @@ class LogManager:
         generation, stored = 0, {}
         for log_dir in self.log_dirs:
             try:
-                found = read_topic_configs(os.path.join(log_dir, TOPIC_CONFIGS_FILE))
+                found = read_topic_configs(os.path.join(log_dir, TOPIC_CONFIGS_FILE), self.fs)
             except FileNotFoundError:
                 continue
             if found[0] > generation:
@@ -256,14 +259,14 @@ class LogManager:
 
     def _apply_kafka_metadata(self, metadata: KafkaMetadata) -> None:
         # Once per state of the metadata log: an override changed here since is not brought back.
-        if applied_state(self.log_dirs[0]) == metadata.state:
+        if applied_state(self.log_dirs[0], self.fs) == metadata.state:
             return
         imported = {t: topic_level(c, self._base_config(t))
                     for t, c in kafka_topic_overrides(metadata, self.default_config).items()}
         merged = {**self._stored_overrides, **imported}
         if merged != self._stored_overrides:
             self._store_topic_configs(merged)
-        record_applied(self.log_dirs, metadata)
+        record_applied(self.log_dirs, metadata, self.fs)
         if imported:
             log.info("topic configs of %d topics taken from %s", len(imported), METADATA_TOPIC)
 

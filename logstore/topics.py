@@ -22,6 +22,7 @@ from typing import Any
 from logstore.checkpoints import CorruptCheckpointError
 from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
 from logstore.errors import InvalidConfigError, InvalidTopicError
+from logstore.filesystem import OS, FileSystem
 
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
@@ -53,10 +54,9 @@ def topic_level(overrides: Mapping[str, Any], base: LogConfig) -> dict[str, Any]
     return {name: props[name] for name in sorted({BROKER_NAMES.get(n, HOURS_ALIASES.get(n, n)) for n in overrides})}
 
 
-def read_topic_configs(path: str) -> tuple[int, dict[str, dict[str, Any]]]:
+def read_topic_configs(path: str, fs: FileSystem = OS) -> tuple[int, dict[str, dict[str, Any]]]:
     """(generation, overrides per topic) of one `topic-configs` file; FileNotFoundError if there is none."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = fs.read_file(path)
     try:
         doc = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:

@@ -9,10 +9,17 @@ else `python3` on PATH, which must be a Python with logstore installed.
 logstore was installed. The options and the schema are those of Spark's Kafka
 source (see README); `isolation.level` defaults to read_committed.
 """
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from logstore.spark.source import LogstoreDataSource
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
-def register(spark) -> None:
+
+def register(spark: SparkSession) -> None:
     """Make `format("logstore")` known to a SparkSession by hand (Spark normally finds it by itself)."""
     spark.dataSource.register(LogstoreDataSource)
 

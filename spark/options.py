@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from logstore.read_committed import ISOLATION_LEVELS, READ_COMMITTED
@@ -16,6 +16,9 @@ EARLIEST = -2
 LATEST = -1
 
 SUBSCRIBE_OPTIONS = ("subscribe", "subscribePattern", "assign")
+
+Getter = Callable[[str], str | None]
+"""An option's value by its name, case-insensitively; None when it is not given."""
 
 
 class OptionError(ValueError):
@@ -57,8 +60,10 @@ class SourceOptions:
             return (topic, partition) in self.assign
         if self.subscribe:
             return topic in self.subscribe
-        # Kafka's pattern subscriptions leave internal topics out (exclude.internal.topics).
-        return not topic.startswith("__") and re.fullmatch(self.pattern, topic) is not None
+        # Kafka's pattern subscriptions leave internal topics out (exclude.internal.topics). parse_options
+        # sets exactly one of assign, subscribe and pattern, so pattern is set here.
+        return (not topic.startswith("__") and self.pattern is not None
+                and re.fullmatch(self.pattern, topic) is not None)
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -76,25 +81,26 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     else:
         paths = tuple(p.strip() for p in raw_paths.split(",") if p.strip())
 
-    given = [name for name in SUBSCRIBE_OPTIONS if get(name)]
+    subscriptions = {name: given_value for name in SUBSCRIBE_OPTIONS if (given_value := get(name))}
+    given = list(subscriptions)
     if len(given) != 1:
         raise OptionError(f"exactly one of {', '.join(SUBSCRIBE_OPTIONS)} must be given, found {given or 'none'}")
-    kind = given[0]
+    kind, value = next(iter(subscriptions.items()))
     subscribe: tuple[str, ...] = ()
-    pattern = None
+    pattern: str | None = None
     assign: tuple[tuple[str, int], ...] = ()
     if kind == "subscribe":
-        subscribe = tuple(t.strip() for t in get("subscribe").split(",") if t.strip())
+        subscribe = tuple(t.strip() for t in value.split(",") if t.strip())
         if not subscribe:
             raise OptionError("option 'subscribe' lists no topic")
     elif kind == "subscribePattern":
-        pattern = get("subscribePattern")
+        pattern = value
         try:
             re.compile(pattern)
         except re.error as exc:
             raise OptionError(f"subscribePattern {pattern!r} is not a regular expression: {exc}") from None
     else:
-        assign = tuple(sorted(_parse_assign(get("assign"))))
+        assign = tuple(sorted(_parse_assign(value)))
 
     isolation = get("isolation.level") or get("kafka.isolation.level") or READ_COMMITTED
     if isolation not in ISOLATION_LEVELS:
@@ -124,7 +130,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     )
 
 
-def _bound(get, side: str, default: int) -> Bound:
+def _bound(get: Getter, side: str, default: int) -> Bound:
     # Spark's precedence: one timestamp for all, then timestamps per partition, then offsets.
     timestamp = get(f"{side}Timestamp")
     if timestamp is not None:
@@ -149,7 +155,7 @@ def _partition_json(name: str, text: str, *, minimum: int) -> dict[tuple[str, in
         raise OptionError(f"{name} is neither 'earliest', 'latest' nor JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise OptionError(f"{name} must be a JSON object of topic → {{partition: value}}")
-    found = {}
+    found: dict[tuple[str, int], int] = {}
     for topic, partitions in parsed.items():
         if not isinstance(partitions, dict):
             raise OptionError(f"{name}: topic {topic!r} must map partition numbers to values")
@@ -172,24 +178,25 @@ def _parse_assign(text: str) -> set[tuple[str, int]]:
     return found
 
 
-def _integer(name: str, value, *, minimum: int) -> int:
-    if isinstance(value, bool):
+def _integer(name: str, value: object, *, minimum: int) -> int:
+    # `value` is an option string or a decoded JSON value: only a number or a string can be an integer.
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise OptionError(f"{name} must be an integer, got {value!r}")
     try:
         number = int(value)
-    except (TypeError, ValueError):
+    except ValueError:
         raise OptionError(f"{name} must be an integer, got {value!r}") from None
     if number < minimum:
         raise OptionError(f"{name} must be at least {minimum}, got {number}")
     return number
 
 
-def _positive_int(get, name: str) -> int | None:
+def _positive_int(get: Getter, name: str) -> int | None:
     value = get(name)
     return None if value is None else _integer(name, value, minimum=1)
 
 
-def _boolean(get, name: str, default: bool) -> bool:
+def _boolean(get: Getter, name: str, default: bool) -> bool:
     value = get(name)
     if value is None:
         return default

@@ -9,11 +9,16 @@ a directory a broker is writing is one consistent snapshot.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from logstore.errors import OffsetOutOfRangeError
 from logstore.reader import PartitionScan, PartitionView, StoreView
 from logstore.spark.options import EARLIEST, LATEST, Bound, OptionError, SourceOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql.datasource import Filter
 
 
 class DataLossError(OffsetOutOfRangeError):
@@ -39,12 +44,14 @@ class Pushdown:
                 and partition >= lo and (hi is None or partition < hi))
 
 
-def push_filters(filters, pushdown: Pushdown) -> tuple[Pushdown, list]:
+def push_filters(filters: Iterable[Filter], pushdown: Pushdown) -> tuple[Pushdown, list[Filter]]:
     """Narrow `pushdown` by each filter it can use; returns it and the filters Spark must still apply."""
-    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In
     remaining = []
     for f in filters:
-        column = f.attribute[0] if len(getattr(f, "attribute", ())) == 1 else None
+        # Filter itself declares no fields: the column filters carry `attribute`, Not and the like do not.
+        attribute: tuple[str, ...] = getattr(f, "attribute", ())
+        column = attribute[0] if len(attribute) == 1 else None
         exact = False
         if column == "topic" and isinstance(f, (EqualTo, In)):
             values = {f.value} if isinstance(f, EqualTo) else set(f.value)
@@ -52,8 +59,7 @@ def push_filters(filters, pushdown: Pushdown) -> tuple[Pushdown, list]:
                 topics = values if pushdown.topics is None else pushdown.topics & values
                 pushdown, exact = replace(pushdown, topics=frozenset(topics)), True
         elif column in ("partition", "offset"):
-            pushdown, exact = _narrow_int(f, column, pushdown, EqualTo, In, GreaterThan, GreaterThanOrEqual,
-                                          LessThan, LessThanOrEqual)
+            pushdown, exact = _narrow_int(f, column, pushdown)
         elif column == "timestamp" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual)):
             ms = _millis_floor(f.value)
             if ms is not None and (pushdown.min_timestamp is None or ms > pushdown.min_timestamp):
@@ -63,7 +69,8 @@ def push_filters(filters, pushdown: Pushdown) -> tuple[Pushdown, list]:
     return pushdown, remaining
 
 
-def _narrow_int(f, column, pushdown, EqualTo, In, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual):
+def _narrow_int(f: Filter, column: str, pushdown: Pushdown) -> tuple[Pushdown, bool]:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, GreaterThanOrEqual, In, LessThan, LessThanOrEqual
     if isinstance(f, In):
         values = set(f.value)
         if not values or not all(type(v) is int for v in values):
@@ -76,24 +83,26 @@ def _narrow_int(f, column, pushdown, EqualTo, In, GreaterThan, GreaterThanOrEqua
     value = getattr(f, "value", None)
     if type(value) is not int:
         return pushdown, False
-    lo, hi = {
+    bounds: dict[type[Filter], tuple[int | None, int | None]] = {
         EqualTo: (value, value + 1), GreaterThan: (value + 1, None), GreaterThanOrEqual: (value, None),
         LessThan: (None, value), LessThanOrEqual: (None, value + 1),
-    }.get(type(f), (None, None))
+    }
+    lo, hi = bounds.get(type(f), (None, None))
     if lo is None and hi is None:
         return pushdown, False
     return _bounded(pushdown, column, lo, hi), True
 
 
 def _bounded(pushdown: Pushdown, column: str, lo: int | None, hi: int | None) -> Pushdown:
-    name = "partition_range" if column == "partition" else "offset_range"
-    old_lo, old_hi = getattr(pushdown, name)
+    old_lo, old_hi = pushdown.partition_range if column == "partition" else pushdown.offset_range
     new_lo = old_lo if lo is None else max(old_lo, lo)
     new_hi = old_hi if hi is None else (hi if old_hi is None else min(old_hi, hi))
-    return replace(pushdown, **{name: (new_lo, new_hi)})
+    if column == "partition":
+        return replace(pushdown, partition_range=(new_lo, new_hi))
+    return replace(pushdown, offset_range=(new_lo, new_hi))
 
 
-def _millis_floor(value) -> int | None:
+def _millis_floor(value: object) -> int | None:
     if not isinstance(value, dt.datetime):
         return None
     if value.tzinfo is None:
@@ -117,7 +126,8 @@ class TaskRange:
         return self.scan.end - self.scan.start
 
 
-def selected_partitions(store: StoreView, options: SourceOptions, pushdown: Pushdown | None = None) -> list:
+def selected_partitions(store: StoreView, options: SourceOptions,
+                        pushdown: Pushdown | None = None) -> list[tuple[str, int]]:
     """The (topic, partition) pairs the subscription and filters select, sorted."""
     found = [tp for tp in store.partitions() if options.selects(*tp)]
     if options.assign:
@@ -216,7 +226,7 @@ def spread(ranges: list[TaskRange], min_partitions: int | None) -> list[TaskRang
     total = sum(r.offsets for r in ranges)
     if total == 0:
         return ranges
-    spread_out = []
+    spread_out: list[TaskRange] = []
     for r in ranges:
         pieces = max(1, round(r.offsets * min_partitions / total))
         spread_out.extend(TaskRange(r.topic, r.partition, s) for s in r.scan.split(pieces))

@@ -12,11 +12,18 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
+from pyspark.sql.types import StructType
 
 from logstore.spark.options import SourceOptions, parse_options
 from logstore.spark.planning import Pushdown, TaskRange, plan_batch, push_filters
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from logstore.spark.stream import LogstoreStreamReader
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                "timestamp timestamp, timestampType int")
@@ -34,7 +41,7 @@ PLAIN_PLANNING_WORKER = "pyspark.sql.worker.plan_data_source_read"
 class RangePartition(InputPartition):
     """One Spark task: a range of offsets of one partition, and how to read it."""
 
-    def __init__(self, task: TaskRange, include_headers: bool):
+    def __init__(self, task: TaskRange, include_headers: bool) -> None:
         super().__init__((task.topic, task.partition, task.scan.start, task.scan.end))
         self.task = task
         self.include_headers = include_headers
@@ -53,14 +60,14 @@ class LogstoreDataSource(DataSource):
         headers = str(self.options.get("includeHeaders", "false")).strip().lower() == "true"
         return BASE_SCHEMA + (", " + HEADERS_FIELD if headers else "")
 
-    def reader(self, schema) -> LogstoreScanReader:
+    def reader(self, schema: StructType) -> LogstoreScanReader:
         """A batch scan: one that takes pushed filters wherever Spark may push them."""
         options = parse_options(self.options, streaming=False)
         if _planning_without_pushdown():
             return LogstoreScanReader(options)
         return LogstoreBatchReader(options)
 
-    def streamReader(self, schema):
+    def streamReader(self, schema: StructType) -> LogstoreStreamReader:
         """A micro-batch stream (see logstore.spark.stream)."""
         from logstore.spark.stream import LogstoreStreamReader
         return LogstoreStreamReader(parse_options(self.options, streaming=True))
@@ -80,7 +87,7 @@ def _planning_without_pushdown() -> bool:
 class LogstoreScanReader(DataSourceReader):
     """Plans offset ranges on the driver; each task reads its range. Spark applies every filter."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
         self.pushdown = Pushdown()
 
@@ -88,7 +95,7 @@ class LogstoreScanReader(DataSourceReader):
         """One partition per planned offset range."""
         return [RangePartition(t, self.options.include_headers) for t in plan_batch(self.options, self.pushdown)]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's rows as Arrow batches."""
         return read_partition(partition, self.options.fail_on_data_loss)
 
@@ -96,13 +103,13 @@ class LogstoreScanReader(DataSourceReader):
 class LogstoreBatchReader(LogstoreScanReader):
     """A scan narrowed by the filters Spark pushes (spark.sql.python.filterPushdown.enabled=true)."""
 
-    def pushFilters(self, filters):
+    def pushFilters(self, filters: list[Filter]) -> list[Filter]:
         """Use partition, topic, offset and timestamp predicates to skip what cannot match."""
         self.pushdown, remaining = push_filters(filters, self.pushdown)
         return remaining
 
 
-def read_partition(partition: InputPartition, fail_on_data_loss: bool) -> Iterator:
+def read_partition(partition: InputPartition, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """A planned partition's rows; none for the `InputPartition(None)` Spark reads when a batch plan is
     empty (a topic that does not exist or holds nothing, a filter past the end), as Kafka's source
     reads no rows then."""
@@ -111,7 +118,7 @@ def read_partition(partition: InputPartition, fail_on_data_loss: bool) -> Iterat
     return read_range(partition.task, partition.include_headers, fail_on_data_loss)
 
 
-def read_range(task: TaskRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator:
+def read_range(task: TaskRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """Arrow batches in Spark's schema for one task range (shared by batch and streaming reads)."""
     from logstore.spark.arrow import to_spark_batch
     for batch in task.scan.read_arrow(headers=include_headers, timestamp_types=True,

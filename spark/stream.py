@@ -11,23 +11,29 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from logstore.reader import StoreView
 from logstore.spark.options import EARLIEST, Bound, SourceOptions
 from logstore.spark.planning import clamp, resolve_offset, segment_ranges, selected_partitions
 from logstore.spark.source import RangePartition, read_partition
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 Offsets = dict[str, dict[str, int]]
+Positions = dict[tuple[str, int], int]
+"""An offset per (topic, partition)."""
 
 
-def _flat(offsets: Offsets) -> dict[tuple[str, int], int]:
+def _flat(offsets: Offsets) -> Positions:
     return {(topic, int(p)): o for topic, parts in offsets.items() for p, o in parts.items()}
 
 
-def _nested(flat: dict[tuple[str, int], int]) -> Offsets:
+def _nested(flat: Positions) -> Offsets:
     nested: Offsets = {}
     for (topic, partition), offset in sorted(flat.items()):
         nested.setdefault(topic, {})[str(partition)] = offset
@@ -37,15 +43,15 @@ def _nested(flat: dict[tuple[str, int], int]) -> Offsets:
 class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches of committed records; maxOffsetsPerTrigger and Trigger.AvailableNow honoured."""
 
-    def __init__(self, options: SourceOptions):
+    def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._target: dict[tuple[str, int], int] | None = None
+        self._target: Positions | None = None
 
     def initialOffset(self) -> Offsets:
         """Where a new query starts: startingOffsets (default latest) in every selected partition."""
         return _nested(self._resolve(self.options.starting))
 
-    def _resolve(self, bound: Bound) -> dict[tuple[str, int], int]:
+    def _resolve(self, bound: Bound) -> Positions:
         store = StoreView(self.options.paths)
         found = {}
         for topic, partition in selected_partitions(store, self.options):
@@ -53,7 +59,7 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 found[(topic, partition)] = resolve_offset(view, bound, self.options, starting=True)
         return found
 
-    def _available(self) -> dict[tuple[str, int], int]:
+    def _available(self) -> Positions:
         store = StoreView(self.options.paths)
         found = {}
         for topic, partition in selected_partitions(store, self.options):
@@ -65,12 +71,12 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Trigger.AvailableNow: what is available now is where the query ends."""
         self._target = self._available()
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> ReadLimit:
         """maxOffsetsPerTrigger, if set."""
         limit = self.options.max_offsets_per_trigger
         return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
 
-    def latestOffset(self, start: Offsets, limit) -> Offsets:
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         """The end of the next batch: what is stable now (or the AvailableNow target), cut to `limit`."""
         available = self._target if self._target is not None else self._available()
         begin = _flat(start)
@@ -99,7 +105,7 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     tasks.extend(segment_ranges(view, view.scan(first, stop, self.options.isolation)))
         return [RangePartition(t, self.options.include_headers) for t in tasks]
 
-    def read(self, partition: InputPartition) -> Iterator:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The range's rows as Arrow batches."""
         return read_partition(partition, self.options.fail_on_data_loss)
 
@@ -107,7 +113,7 @@ class LogstoreStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Nothing to release: the files are Spark's to re-read until the checkpoint moves on."""
 
 
-def _rate_limited(begin: dict, end: dict, limit: int) -> dict:
+def _rate_limited(begin: Positions, end: Positions, limit: int) -> Positions:
     """Spark's Kafka rule: each partition gets a share of `limit` in proportion to its backlog, and at
     least one offset if it has any."""
     backlog = {tp: end[tp] - begin[tp] for tp in end}

@@ -1,6 +1,6 @@
 """The Kafka APIs: one module per API key, each registering its handler here.
 
-A handler is `async def handle(request: Request, body) -> response`. The
+A handler is `async def handle(request: Request, body: KioMessage) -> response`. The
 registration (`@api`) carries everything API-specific the server needs:
 the versions, how a request frame is decoded (kio, or Produce's native
 decoder), whether a request gets a reply at all (Produce with acks=0 does
@@ -22,21 +22,37 @@ import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
 
 from kio.index import load_response_schema
+from kio.static.protocol import ResponsePayload
 
 from logstore.broker.authorizer import ANONYMOUS, KafkaPrincipal
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import PreEncoded, decode_kio, encode_kio
 
-__all__ = ["Api", "REGISTRY", "Request", "api", "build", "response_type", "load_all"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
+__all__ = ["Api", "KioMessage", "REGISTRY", "Request", "ResponsePayload", "api", "build", "response_type", "load_all"]
+
+# A decoded request body, or an entity inside one (a topic, a partition, a resource), or a nested entity
+# of a response: kio's dataclasses. A handler is written once for every version it serves, each version
+# a different kio class picked at run time by (key, version), and reads fields by name (getattr where a
+# version lacks one), so no one static type fits: Any, at this boundary only.
+KioMessage: TypeAlias = Any
+
+# The registry is the dynamic boundary between the server and the APIs: each API's decoder hands its
+# handler its own body type (a kio request, or Produce's native one), and its encoder takes what that
+# handler returns (a kio response, Metadata's cached bytes, Fetch's native rows), so these are Any here.
 Decoder = Callable[[bytes], tuple[str | None, Any]]      # frame → (client id, body)
 Encoder = Callable[[int, int, Any], PreEncoded]          # (correlation id, version, response) → frame parts
+Handler = Callable[["Request", Any], Awaitable[Any]]     # (request, body) → response, or None for no reply
+H = TypeVar("H", bound=Handler)
+E = TypeVar("E", bound="DataclassInstance")    # a kio class
 
 
-def _always(body) -> bool:
+def _always(body: object) -> bool:
     return True
 
 
@@ -48,11 +64,11 @@ class Api:
     name: str
     min_version: int          # advertised
     max_version: int
-    handler: Callable[..., Awaitable[Any]]
+    handler: Handler
     accept_from: int          # the lowest version actually decoded (Produce advertises 0, takes 3+)
     doc: str
     decode: Decoder = decode_kio
-    replies: Callable[[Any], bool] = _always
+    replies: Callable[[Any], bool] = _always      # (body) → whether the request is answered
     encode: Encoder = encode_kio
     # What a version above max_version gets instead of a closed connection: (frame, correlation id) → reply.
     newer: Callable[[bytes, int], PreEncoded] | None = None
@@ -63,9 +79,9 @@ REGISTRY: dict[int, Api] = {}
 
 def api(key: int, min_version: int, max_version: int, *, accept_from: int | None = None,
         decode: Decoder = decode_kio, replies: Callable[[Any], bool] = _always, encode: Encoder = encode_kio,
-        newer: Callable[[bytes, int], PreEncoded] | None = None):
+        newer: Callable[[bytes, int], PreEncoded] | None = None) -> Callable[[H], H]:
     """Register the decorated coroutine as the handler of `key` for those versions, with its codecs."""
-    def register(handler):
+    def register(handler: H) -> H:
         if key in REGISTRY:
             raise RuntimeError(f"api key {key} registered twice")
         module = importlib.import_module(handler.__module__)
@@ -96,21 +112,32 @@ class Request:
     principal: KafkaPrincipal = ANONYMOUS
 
 
-@cache
-def response_type(api_key: int, version: int, name: str | None = None):
+@overload
+def response_type(api_key: int, version: int) -> type[ResponsePayload]: ...
+@overload
+def response_type(api_key: int, version: int, name: str) -> type[KioMessage]: ...
+
+
+def response_type(api_key: int, version: int, name: str | None = None) -> type[ResponsePayload] | type[KioMessage]:
     """The kio response class of a version, or one of its nested classes by name."""
+    return _response_class(api_key, version, name)
+
+
+@cache
+def _response_class(api_key: int, version: int, name: str | None) -> type[ResponsePayload] | type[KioMessage]:
     top = load_response_schema(api_key, version)
     if name is None:
         return top
-    return getattr(importlib.import_module(top.__module__), name)
+    nested: type[KioMessage] = getattr(importlib.import_module(top.__module__), name)
+    return nested
 
 
 @cache
-def _field_names(cls) -> frozenset[str]:
+def _field_names(cls: type[DataclassInstance]) -> frozenset[str]:
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
-def build(cls, **values):
+def build(cls: type[E], **values: object) -> E:
     """An instance of a kio class from the fields it has among `values` (the union over versions)."""
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})

@@ -10,7 +10,7 @@ GROUP_AUTHORIZATION_FAILED).
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
 from logstore.broker.protocol import ZERO_MS
 
@@ -18,7 +18,7 @@ KEY = 25
 
 
 @api(KEY, 0, 3)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Add the group's offsets partition to the producer's transaction."""
     error = (denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
              or denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id))

@@ -14,7 +14,7 @@ OPERATION_NOT_ATTEMPTED, and nothing is added.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, Shape, coordinate, denied, each_partition
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import UnknownTopicOrPartitionError
@@ -23,7 +23,7 @@ KEY = 24
 SHAPE = Shape(index=None)
 
 
-async def _errors(request: Request, body) -> dict[tuple[str, int], ErrorCode]:
+async def _errors(request: Request, body: KioMessage) -> dict[tuple[str, int], ErrorCode]:
     """Each partition's error (none when all were added)."""
     topics = body.v3_and_below_topics
     transactional_id = body.v3_and_below_transactional_id
@@ -46,7 +46,7 @@ async def _errors(request: Request, body) -> dict[tuple[str, int], ErrorCode]:
 
 
 @api(KEY, 0, 3)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Add every partition asked, or none."""
     version = request.version
     errors = await _errors(request, body)

@@ -44,10 +44,10 @@ the response, v2 is flexible. kio has every one of them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.describe_configs import BROKER, BROKER_ID, BROKER_LOG_DEFAULTS, TOPIC, config_denial
 from logstore.broker.api.kit import AclOperation, coordinate
 from logstore.broker.config import BROKER_SETTINGS
@@ -58,21 +58,24 @@ KEY = 33
 
 Answer = tuple[ErrorCode, str | None]
 OK: Answer = (ErrorCode.none, None)
+Resources = set[tuple[int, str]]      # (resource type, name)
+# (request, resource, the resources named twice, validate_only) → the resource's answer
+Alter = Callable[[Request, KioMessage, Resources, bool], Awaitable[Answer]]
 # Every broker-level name DescribeConfigs shows: what Kafka's KafkaConfig.configKeys knows here.
 BROKER_CONFIG_NAMES = frozenset(BROKER_SETTINGS) | frozenset(BROKER_LOG_DEFAULTS)
 
 
-def repeated_resources(resources) -> set[tuple[int, str]]:
+def repeated_resources(resources: Iterable[KioMessage]) -> Resources:
     """The (type, name) pairs named more than once."""
-    seen: set[tuple[int, str]] = set()
-    twice = set()
+    seen: Resources = set()
+    twice: Resources = set()
     for resource in resources:
         key = (resource.resource_type, resource.resource_name)
         (twice if key in seen else seen).add(key)
     return twice
 
 
-def common_checks(request: Request, resource, repeated: set[tuple[int, str]], null_keys: list[str]) -> Answer | None:
+def common_checks(request: Request, resource: KioMessage, repeated: Resources, null_keys: list[str]) -> Answer | None:
     """Kafka's first checks of a resource (ConfigAdminManager.preprocess) and its authorization, or None
     when it passes them."""
     if (resource.resource_type, resource.resource_name) in repeated:
@@ -121,7 +124,7 @@ async def alter_topic(request: Request, topic: str, changes: Mapping[str, Any | 
     return OK if outcome.ok else (outcome.error, outcome.message)
 
 
-def answer(key: int, version: int, resource, result: Answer):
+def answer(key: int, version: int, resource: KioMessage, result: Answer) -> KioMessage:
     """One resource's row of an (Incremental)AlterConfigs response."""
     code, message = result
     return build(response_type(key, version, "AlterConfigsResourceResponse"), error_code=code,
@@ -129,7 +132,7 @@ def answer(key: int, version: int, resource, result: Answer):
                  resource_name=resource.resource_name)
 
 
-async def _alter(request: Request, resource, repeated, validate_only: bool) -> Answer:
+async def _alter(request: Request, resource: KioMessage, repeated: Resources, validate_only: bool) -> Answer:
     nulls = [config.name for config in resource.configs if config.value is None]
     refused = common_checks(request, resource, repeated, nulls)
     if refused:
@@ -148,7 +151,7 @@ async def _alter(request: Request, resource, repeated, validate_only: bool) -> A
     return ErrorCode.invalid_request, f"Unknown resource type {kind}"
 
 
-async def answer_each(key: int, request, body, alter):
+async def answer_each(key: int, request: Request, body: KioMessage, alter: Alter) -> ResponsePayload:
     """The response of AlterConfigs or IncrementalAlterConfigs: `alter` answers each resource in turn."""
     repeated = repeated_resources(body.resources)
     results = [answer(key, request.version, resource, await alter(request, resource, repeated, body.validate_only))
@@ -157,6 +160,6 @@ async def answer_each(key: int, request, body, alter):
 
 
 @api(KEY, 0, 2)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Replace each resource's configs, or say why not."""
     return await answer_each(KEY, request, body, _alter)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from logstore.broker.api import REGISTRY, Request, api, build, response_type
+from logstore.broker.api import REGISTRY, KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, encode_kio, read_header_only
 
 KEY = 18
@@ -18,7 +18,7 @@ MAX_VERSION = 4
 
 
 @cache
-def response_for(version: int, error: ErrorCode = ErrorCode.none):
+def response_for(version: int, error: ErrorCode = ErrorCode.none) -> ResponsePayload:
     """The ApiVersions response at `version` (v0 for the unsupported-version answer)."""
     entry = response_type(KEY, version, "ApiVersion")
     keys = tuple(build(entry, api_key=a.key, min_version=a.min_version, max_version=a.max_version)
@@ -33,6 +33,6 @@ def _too_new(frame: bytes, correlation_id: int) -> PreEncoded:
 
 
 @api(KEY, 0, MAX_VERSION, newer=_too_new)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Answer at the version asked."""
     return response_for(request.version)

@@ -15,10 +15,15 @@ classic member that stayed in, or joined, through online migration).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, error_code
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.consumer_groups import ConsumerGroupDescription
 
 KEY = 69
 UNKNOWN_OPERATIONS = -2147483648
@@ -26,19 +31,19 @@ CLASSIC_MEMBER, CONSUMER_MEMBER = 0, 1
 
 
 @api(KEY, 0, 1)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Describe each group asked."""
     version = request.version
     allowed = authorized(request, AclOperation.DESCRIBE, ResourceType.GROUP, body.group_ids)
     asked = [g for g in body.group_ids if g in allowed]
-    described = {d.group_id: d for d in
-                 await request.broker.coordinate(request.broker.groups.consumer_group_describe, asked)}
+    described: dict[str, ConsumerGroupDescription] = {d.group_id: d for d in await request.broker.coordinate(
+        request.broker.groups.consumer_group_describe, asked)}
     group_cls = response_type(KEY, version, "DescribedGroup")
     member_cls = response_type(KEY, version, "Member")
     assignment_cls = response_type(KEY, version, "Assignment")
     partitions_cls = response_type(KEY, version, "TopicPartitions")
 
-    def assignment(rows):
+    def assignment(rows: Iterable[tuple[bytes, str, tuple[int, ...]]]) -> KioMessage:
         return build(assignment_cls, topic_partitions=tuple(
             build(partitions_cls, topic_id=uuid.UUID(bytes=topic_id), topic_name=name, partitions=partitions)
             for topic_id, name, partitions in rows))

@@ -28,7 +28,7 @@ from functools import partial
 
 from kio.static.primitive import i32Timedelta
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.group_calls import millis
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
@@ -38,7 +38,7 @@ CLIENT_MEMBER_ID = 1
 
 
 @api(KEY, 0, 1)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Run the heartbeat through the group coordinator."""
     version = request.version
     response = response_type(KEY, version)
@@ -61,7 +61,7 @@ async def handle(request: Request, body):
     if not outcome.ok:
         return build(response, throttle_time=ZERO_MS, error_code=outcome.error, error_message=outcome.message,
                      member_id=None, member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
-    result = outcome.value
+    result = outcome.result
     assignment = None
     if result.assignment is not None:
         partitions_cls = response_type(KEY, version, "TopicPartitions")

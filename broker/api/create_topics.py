@@ -11,18 +11,18 @@ TOPIC_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, denied
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.config import LogConfig
 from logstore.errors import InvalidConfigError, InvalidTopicError
-from logstore.manager import validate_topic_name
+from logstore.topics import validate_topic_name
 
 KEY = 19
 
 
-def _check(broker: BrokerContext, topic) -> tuple[ErrorCode, str | None, int, dict]:
+def _check(broker: BrokerContext, topic: KioMessage) -> tuple[ErrorCode, str | None, int, dict[str, str | None]]:
     partitions = broker.config["num.partitions"] if topic.num_partitions == -1 else topic.num_partitions
     factor = topic.replication_factor
     configs = {c.name: c.value for c in topic.configs}
@@ -46,7 +46,7 @@ def _check(broker: BrokerContext, topic) -> tuple[ErrorCode, str | None, int, di
 
 
 @api(KEY, 2, 5)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Create each topic unless it fails a check (or only check, with validate_only)."""
     broker = request.broker
     version = request.version

@@ -3,7 +3,7 @@ watermark); the answer is the new low watermark. Past the high watermark is OFFS
 A topic the principal may not DELETE answers TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, each_partition, topic_rows
 from logstore.broker.protocol import ZERO_MS
 
@@ -11,11 +11,11 @@ KEY = 21
 
 
 @api(KEY, 0, 2)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Delete records below each given offset."""
     version = request.version
 
-    def delete(topic, index, asked) -> int:
+    def delete(topic: str, index: int, asked: KioMessage) -> int:
         log_ = request.broker.store.log(topic, index)
         return log_.delete_records(log_.high_watermark if asked.offset == -1 else asked.offset)
 

@@ -4,7 +4,7 @@ The coordinators' internal topics are refused with INVALID_REQUEST: their state 
 A topic the principal may not DELETE answers TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
@@ -12,7 +12,7 @@ KEY = 20
 
 
 @api(KEY, 1, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Delete each named topic and its partitions' directories."""
     broker = request.broker
     allowed = authorized(request, AclOperation.DELETE, ResourceType.TOPIC, body.topic_names)

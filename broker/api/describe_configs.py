@@ -42,16 +42,16 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from itertools import dropwhile
-from typing import Any
+from typing import Any, Protocol
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.config import BROKER_SETTINGS
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.config import TOPIC_CONFIGS
 from logstore.errors import InvalidTopicError
-from logstore.manager import validate_topic_name
+from logstore.topics import validate_topic_name
 
 KEY = 32
 
@@ -100,6 +100,15 @@ TOPIC_OF = {broker: topic for topic, names in SYNONYMS.items() for broker in nam
 LONG_SETTINGS = {"log.retention.check.interval.ms", "log.flush.scheduler.interval.ms"}
 BROKER_ID = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt takes
 
+Chain = list[tuple[str, str | None, int]]  # (name, value, source) behind a value, first wins
+
+
+class Make(Protocol):
+    """Builds one config's entry of the response at the request's version (synonyms and doc as asked)."""
+
+    def __call__(self, name: str, value: str | None, chain: Chain, *, read_only: bool, config_type: int,
+                 doc: str | None) -> KioMessage: ...
+
 
 def _text(value: Any) -> str | None:
     """A value as Kafka's ConfigDef.convertToString writes it."""
@@ -110,7 +119,7 @@ def _text(value: Any) -> str | None:
     return str(value).strip()
 
 
-def _chain(names: tuple[str, ...], static: Mapping[str, Any]) -> list[tuple[str, str | None, int]]:
+def _chain(names: tuple[str, ...], static: Mapping[str, Any]) -> Chain:
     """(name, value, source) of the broker-level names behind a value, first wins: set at start, then defaults."""
     chain = [(n, _text(static[n]), STATIC_BROKER_CONFIG) for n in names if n in static]
     chain += [(n, _text(BROKER_LOG_DEFAULTS[n]), DEFAULT_CONFIG) for n in names
@@ -118,7 +127,8 @@ def _chain(names: tuple[str, ...], static: Mapping[str, Any]) -> list[tuple[str,
     return chain
 
 
-def _entry(cls, synonym_cls, name, value, chain, *, read_only, config_type, doc, with_synonyms, with_doc):
+def _entry(cls: type[KioMessage], synonym_cls: type[KioMessage], name: str, value: str | None, chain: Chain, *,
+           read_only: bool, config_type: int, doc: str | None, with_synonyms: bool, with_doc: bool) -> KioMessage:
     return build(cls, name=name, value=value, read_only=read_only,
                  config_source=chain[0][2] if chain else DEFAULT_CONFIG, is_sensitive=False,
                  synonyms=tuple(build(synonym_cls, name=n, value=v, source=s) for n, v, s in chain)
@@ -126,7 +136,7 @@ def _entry(cls, synonym_cls, name, value, chain, *, read_only, config_type, doc,
                  config_type=config_type, documentation=doc if with_doc else None)
 
 
-def _topic_configs(broker: BrokerContext, topic: str, make) -> list:
+def _topic_configs(broker: BrokerContext, topic: str, make: Make) -> list[KioMessage]:
     overrides = broker.store.topic_overrides(topic)
     values = broker.store.config_for(topic).to_properties()
     static = broker.config.log_properties
@@ -141,7 +151,7 @@ def _topic_configs(broker: BrokerContext, topic: str, make) -> list:
     return entries
 
 
-def _broker_configs(broker: BrokerContext, make) -> list:
+def _broker_configs(broker: BrokerContext, make: Make) -> list[KioMessage]:
     config = broker.config
     entries = []
     for name, (default, kind) in BROKER_SETTINGS.items():
@@ -169,7 +179,7 @@ def _broker_configs(broker: BrokerContext, make) -> list:
     return sorted(entries, key=lambda e: e.name)
 
 
-def config_denial(request: Request, resource, operation: AclOperation) -> ErrorCode:
+def config_denial(request: Request, resource: KioMessage, operation: AclOperation) -> ErrorCode:
     """Kafka's authorization of a config resource: a TOPIC on itself, BROKER and BROKER_LOGGER on the CLUSTER."""
     kind = resource.resource_type
     if kind == TOPIC:
@@ -179,7 +189,8 @@ def config_denial(request: Request, resource, operation: AclOperation) -> ErrorC
     return ErrorCode.none
 
 
-def _describe(broker: BrokerContext, resource, make) -> tuple[ErrorCode, str | None, list]:
+def _describe(broker: BrokerContext, resource: KioMessage,
+              make: Make) -> tuple[ErrorCode, str | None, list[KioMessage]]:
     kind, name = resource.resource_type, resource.resource_name
     if kind == TOPIC:
         try:
@@ -204,21 +215,23 @@ def _describe(broker: BrokerContext, resource, make) -> tuple[ErrorCode, str | N
 
 
 @api(KEY, 1, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Describe each resource's configs, or say why not."""
     version = request.version
     cls = response_type(KEY, version, "DescribeConfigsResourceResult")
     synonym_cls = response_type(KEY, version, "DescribeConfigsSynonym")
     with_doc = getattr(body, "include_documentation", False)
 
-    def make(name, value, chain, **kw):
-        return _entry(cls, synonym_cls, name, value, chain, with_synonyms=body.include_synonyms, with_doc=with_doc,
-                      **kw)
+    def make(name: str, value: str | None, chain: Chain, *, read_only: bool, config_type: int,
+             doc: str | None) -> KioMessage:
+        return _entry(cls, synonym_cls, name, value, chain, read_only=read_only, config_type=config_type, doc=doc,
+                      with_synonyms=body.include_synonyms, with_doc=with_doc)
 
     results = []
     for resource in body.resources:
         error = config_denial(request, resource, AclOperation.DESCRIBE_CONFIGS)
-        message, entries = None, []
+        message: str | None = None
+        entries: list[KioMessage] = []
         if not error:
             error, message, entries = _describe(request.broker, resource, make)
         if resource.configuration_keys:

@@ -10,16 +10,21 @@ Authorized operations are "not requested".
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from typing import TYPE_CHECKING
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.group_results import GroupDescription
 
 KEY = 15
 UNKNOWN_OPERATIONS = -2147483648
 
 
 @api(KEY, 0, 5)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Describe each group asked."""
     version = request.version
     groups = request.broker.groups
@@ -33,7 +38,7 @@ async def handle(request: Request, body):
                                    group_state="", protocol_type="", protocol_data="", members=(),
                                    authorized_operations=UNKNOWN_OPERATIONS))
             continue
-        d = await request.broker.coordinate(groups.describe, group_id)
+        d: GroupDescription = await request.broker.coordinate(groups.describe, group_id)
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                               client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                               member_assignment=m.assignment) for m in d.members)

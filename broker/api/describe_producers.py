@@ -20,17 +20,23 @@ Version notes: v0 is the only version (flexible).
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
-from logstore.broker.api.kit import AclOperation, Shape, each_partition, refuse, topic_rows
+from typing import TYPE_CHECKING, Never
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api.kit import AclOperation, Outcome, PartitionResult, Shape, each_partition, refuse, topic_rows
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import InvalidTopicError, UnknownTopicOrPartitionError
-from logstore.manager import validate_topic_name
+from logstore.topics import validate_topic_name
+
+if TYPE_CHECKING:
+    from logstore.manager import LogManager
+    from logstore.producer_state import ProducerEntry
 
 KEY = 61
 SHAPE = Shape(partitions="partition_indexes", index=None)
 
 
-def _producers(store, topic: str, index: int):
+def _producers(store: LogManager, topic: str, index: int) -> list[ProducerEntry] | Outcome[Never]:
     """The partition's producer entries, or Kafka's refusal of the topic or partition."""
     try:
         validate_topic_name(topic)
@@ -45,7 +51,7 @@ def _producers(store, topic: str, index: int):
 
 
 @api(KEY, 0, 0)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Describe the active producers of each partition asked."""
     version = request.version
     state_cls = response_type(KEY, version, "ProducerState")
@@ -53,7 +59,7 @@ async def handle(request: Request, body):
     results = each_partition(request, body.topics, lambda topic, index, _: _producers(store, topic, index),
                              operation=AclOperation.READ, shape=SHAPE)
 
-    def fields(result) -> dict:
+    def fields(result: PartitionResult[list[ProducerEntry]]) -> dict[str, object]:
         producers = tuple(build(state_cls, producer_id=e.producer_id, producer_epoch=e.epoch,
                                 last_sequence=e.batches[-1][1] if e.batches else -1,
                                 last_timestamp=e.last_timestamp, coordinator_epoch=e.coordinator_epoch,

@@ -31,13 +31,18 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from itertools import groupby
+from typing import TYPE_CHECKING
 
 from kio.static.primitive import i32Timedelta
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import TransactionalIdNotFoundError
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.broker.coordinator.txn_metadata import TxnMetadata
 
 KEY = 65
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -48,13 +53,13 @@ def epoch_ms(ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=ms)
 
 
-def _error_row(state_cls, transactional_id: str, error: ErrorCode):
+def _error_row(state_cls: type[KioMessage], transactional_id: str, error: ErrorCode) -> KioMessage:
     return build(state_cls, error_code=error, transactional_id=transactional_id, transaction_state="",
                  transaction_timeout=ZERO_MS, transaction_start_time=epoch_ms(0), producer_id=0, producer_epoch=0,
                  topics=())
 
 
-def _meta(transactions, transactional_id: str):
+def _meta(transactions: TransactionCoordinator, transactional_id: str) -> TxnMetadata | ErrorCode:
     """What the coordinator holds of the id, or the code of why there is nothing to show."""
     if not transactional_id:
         return ErrorCode.invalid_request
@@ -64,7 +69,8 @@ def _meta(transactions, transactional_id: str):
         return ErrorCode.transactional_id_not_found
 
 
-def _row(state_cls, topic_cls, transactional_id: str, meta, visible: set[str]):
+def _row(state_cls: type[KioMessage], topic_cls: type[KioMessage], transactional_id: str, meta: TxnMetadata | ErrorCode,
+         visible: set[str]) -> KioMessage:
     if isinstance(meta, ErrorCode):
         return _error_row(state_cls, transactional_id, meta)
     topics = tuple(build(topic_cls, topic=topic, partitions=tuple(p for _, p in group))
@@ -77,7 +83,7 @@ def _row(state_cls, topic_cls, transactional_id: str, meta, visible: set[str]):
 
 
 @api(KEY, 0, 0)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Describe each transactional id asked."""
     broker = request.broker
     version = request.version
@@ -86,11 +92,11 @@ async def handle(request: Request, body):
     ids = body.transactional_ids
     allowed = authorized(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, ids)
 
-    def describe_all() -> list:
+    def describe_all() -> list[TxnMetadata | ErrorCode]:
         return [_meta(broker.transactions, t) if t in allowed else ErrorCode.transactional_id_authorization_failed
                 for t in ids]
 
-    found = await broker.coordinate(describe_all)
+    found: list[TxnMetadata | ErrorCode] = await broker.coordinate(describe_all)
     named = {tp[0] for meta in found if not isinstance(meta, ErrorCode) for tp in meta.partitions}
     visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
     rows = tuple(_row(state_cls, topic_cls, t, meta, visible) for t, meta in zip(ids, found))

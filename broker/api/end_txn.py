@@ -11,7 +11,7 @@ TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
 from logstore.broker.protocol import ZERO_MS
 
@@ -19,7 +19,7 @@ KEY = 26
 
 
 @api(KEY, 0, 3)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """End the transaction the way the producer asked."""
     error = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     if not error:

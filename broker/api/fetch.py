@@ -14,24 +14,37 @@ KafkaApis), else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING, cast
 
-from logstore.broker.api import Request, api
+from logstore.broker.api import KioMessage, Request, api
 from logstore.broker.api.kit import AclOperation, Shape, attempt, each_partition
 from logstore.broker.protocol import HeldSlice, PreEncoded
 from logstore.native.wire import encode_fetch
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
 
+if TYPE_CHECKING:
+    from logstore.segment import FileSlice
+
 KEY = 1
 SHAPE = Shape(topic="topic", index="partition")
 
+# A partition's row as `encode_fetch` takes it: (index, error code, high watermark, last stable offset,
+# log start offset, the aborted transactions' (producer id, first offset) or None, the records): as read,
+# the records are a segment's file slice (or b"" for none); as answered, that slice held on its own fd.
+Aborted = list[tuple[int, int]] | None
+ReadRow = tuple[int, int, int, int, int, Aborted, "FileSlice | bytes"]
+FetchRow = tuple[int, int, int, int, int, Aborted, "HeldSlice | bytes"]
+FetchTopics = list[tuple[str, list[FetchRow]]]
 
-def _read_all(request: Request, body, isolation):
+
+def _read_all(request: Request, body: KioMessage,
+              isolation: str) -> tuple[list[tuple[str, list[ReadRow]]], int, bool]:
     """The response's topics as `encode_fetch` rows, how many record bytes they carry, and if any failed."""
     store = request.broker.store
     total = 0
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
 
-    def read(topic, index, asked):
+    def read(topic: str, index: int, asked: KioMessage) -> ReadRow:
         nonlocal total
         log_ = store.log(topic, index)
         room = min(asked.partition_max_bytes, max_bytes - total)
@@ -43,43 +56,44 @@ def _read_all(request: Request, body, isolation):
         if data.aborted_transactions is not None:
             aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
         return (index, 0, data.high_watermark, data.last_stable_offset, data.log_start_offset, aborted,
-                records if size else b"")
+                records if records is not None and size else b"")
 
-    def marks(topic, index):
+    def marks(topic: str, index: int) -> tuple[int, int, int]:
         log_ = store.log(topic, index)
         return log_.high_watermark, log_.last_stable_offset, log_.log_start_offset
 
     results = each_partition(request, body.topics, read, operation=AclOperation.READ, shape=SHAPE)
     failed = False
-    topics = []
+    topics: list[tuple[str, list[ReadRow]]] = []
     for topic, partitions in results:
-        rows = []
+        rows: list[ReadRow] = []
         for result in partitions:
             if result.outcome.ok:
-                rows.append(result.value)
+                rows.append(result.outcome.result)
                 continue
             failed = True
             known = attempt(request, marks, topic, result.index)
-            rows.append((result.index, int(result.error), *(known.value if known.ok else (-1, -1, -1)), None, b""))
+            rows.append((result.index, int(result.error), *(known.result if known.ok else (-1, -1, -1)), None, b""))
         topics.append((topic, rows))
     return topics, total, failed
 
 
-def _hold(topics) -> None:
-    """Put each row's file slice on a duplicate fd, so the reply survives the segment's deletion."""
-    for _, rows in topics:
-        for i, row in enumerate(rows):
-            if not isinstance(row[6], bytes):
-                rows[i] = row[:6] + (HeldSlice(row[6]),)
+def _held(row: ReadRow) -> FetchRow:
+    """The row with its file slice put on a duplicate fd, so the reply survives the segment's deletion."""
+    index, error, high_watermark, last_stable_offset, log_start_offset, aborted, records = row
+    return (index, error, high_watermark, last_stable_offset, log_start_offset, aborted,
+            records if isinstance(records, bytes) else HeldSlice(records))
 
 
-def _encode(correlation_id: int, version: int, topics) -> PreEncoded:
+def _encode(correlation_id: int, version: int, topics: FetchTopics) -> PreEncoded:
     """The whole response frame, natively: records go out as file ranges."""
-    return PreEncoded(encode_fetch(correlation_id, version, 0, 0, topics))
+    parts = encode_fetch(correlation_id, version, 0, 0, topics)
+    # encode_fetch's stub types a records part as anything with a size: here, the rows' own HeldSlices.
+    return PreEncoded(cast("list[bytes | HeldSlice]", parts))
 
 
 @api(KEY, 4, 12, encode=_encode)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> FetchTopics:
     """Read every partition asked; wait for appends while less than min_bytes is there."""
     broker = request.broker
     isolation = READ_COMMITTED if body.isolation_level == 1 else READ_UNCOMMITTED
@@ -97,5 +111,4 @@ async def handle(request: Request, body):
         except TimeoutError:
             pass
     # No await from the read to here: the slices are still the segments' bytes.
-    _hold(topics)
-    return topics
+    return [(topic, [_held(row) for row in rows]) for topic, rows in topics]

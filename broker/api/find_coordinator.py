@@ -17,7 +17,7 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
@@ -25,7 +25,7 @@ KEY = 10
 GROUP, TRANSACTION = 0, 1
 
 
-async def _find(request: Request, key_type: int, key: str) -> dict:
+async def _find(request: Request, key_type: int, key: str) -> dict[str, object]:
     broker = request.broker
     none = dict(node_id=-1, host="", port=-1)
     if key_type == TRANSACTION:
@@ -50,7 +50,7 @@ async def _find(request: Request, key_type: int, key: str) -> dict:
 
 
 @api(KEY, 0, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """The coordinator of each key asked (v4+: one row per key)."""
     version = request.version
     key_type = getattr(body, "key_type", GROUP)

@@ -4,45 +4,48 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Never, TypeVar
 
-from logstore.broker.api import Request, build, response_type
-from logstore.broker.api.kit import AclOperation, each_partition, refuse
+from logstore.broker.api import KioMessage, Request, build, response_type
+from logstore.broker.api.kit import AclOperation, Outcome, each_partition, refuse
 from logstore.broker.protocol import ErrorCode
 
 TopicPartition = tuple[str, int]
+T = TypeVar("T")
 
 
-def millis(duration) -> int:
+def millis(duration: timedelta | int) -> int:
     """kio's duration fields (timedelta) in whole milliseconds."""
     return duration // timedelta(milliseconds=1) if isinstance(duration, timedelta) else int(duration)
 
 
-def known_partitions(request: Request, topics, offset_of: Callable | None = None, *,
-                     operation: AclOperation = AclOperation.READ, error: ErrorCode = ErrorCode.none):
-    """The asked partitions split into those the coordinator is asked about (→ offset_of(partition), or
-    None) and the codes of the others, as Kafka checks before the coordinator: a request-level `error`
+def known_partitions(request: Request, topics: Iterable[KioMessage], offset_of: Callable[[KioMessage], T], *,
+                     operation: AclOperation = AclOperation.READ, error: ErrorCode = ErrorCode.none
+                     ) -> tuple[dict[TopicPartition, T], dict[TopicPartition, ErrorCode]]:
+    """The asked partitions split into those the coordinator is asked about (→ offset_of(partition))
+    and the codes of the others, as Kafka checks before the coordinator: a request-level `error`
     on all, TOPIC_AUTHORIZATION_FAILED for a topic the principal may not perform `operation` on,
     UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
     existing = request.broker.store.topics()
 
-    def check(topic, index, asked):
+    def check(topic: str, index: int, asked: KioMessage) -> T | Outcome[Never]:
         if not 0 <= index < existing.get(topic, 0):
             return refuse(ErrorCode.unknown_topic_or_partition)
-        return offset_of(asked) if offset_of is not None else None
+        return offset_of(asked)
 
-    found: dict[TopicPartition, Any] = {}
+    found: dict[TopicPartition, T] = {}
     codes: dict[TopicPartition, ErrorCode] = {}
     for _, rows in each_partition(request, topics, check, operation=operation, error=error):
         for r in rows:
             if r.outcome.ok:
-                found[(r.topic, r.index)] = r.value
+                found[(r.topic, r.index)] = r.outcome.result
             else:
                 codes[(r.topic, r.index)] = r.error
     return found, codes
 
 
-def partition_codes(key: int, version: int, prefix: str, topics, codes: dict[TopicPartition, ErrorCode]) -> tuple:
+def partition_codes(key: int, version: int, prefix: str, topics: Iterable[KioMessage],
+                    codes: dict[TopicPartition, ErrorCode]) -> tuple[KioMessage, ...]:
     """The answer's topics → partitions with an error code each, in the request's order
     (`prefix` names kio's classes: OffsetCommitResponseTopic, OffsetCommitResponsePartition, ...)."""
     topic_cls = response_type(key, version, f"{prefix}Topic")

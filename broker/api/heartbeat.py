@@ -2,7 +2,7 @@
 READ on the GROUP, else GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
 from logstore.broker.protocol import ZERO_MS
 
@@ -10,7 +10,7 @@ KEY = 12
 
 
 @api(KEY, 0, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Restart the member's session timer."""
     groups = request.broker.groups
     error = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)

@@ -36,12 +36,14 @@ Version notes: v0 and v1 carry the same fields; v1 is flexible.
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from logstore.broker.api import Request, api
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api
 from logstore.broker.api.alter_configs import (
     BROKER_CONFIG_NAMES,
     Answer,
+    Resources,
     alter_topic,
     answer_each,
     check_broker_name,
@@ -65,7 +67,8 @@ def _items(value: Any) -> list[str]:
     return [item for item in str(value).split(",") if item] if value is not None else []
 
 
-def _topic_changes(current: dict[str, Any], configs) -> tuple[dict[str, Any | None], Answer | None]:
+def _topic_changes(current: Mapping[str, Any],
+                   configs: Iterable[KioMessage]) -> tuple[dict[str, Any | None], Answer | None]:
     """The new value (None: deleted) of every key the operations touch, or Kafka's refusal."""
     changes: dict[str, Any | None] = {}
     for config in configs:
@@ -89,7 +92,7 @@ def _topic_changes(current: dict[str, Any], configs) -> tuple[dict[str, Any | No
     return changes, None
 
 
-def _broker_names(configs) -> tuple[set[str], Answer | None]:
+def _broker_names(configs: Iterable[KioMessage]) -> tuple[set[str], Answer | None]:
     """The names left set after Kafka's prepareIncrementalConfigs, or its refusal of an APPEND/SUBTRACT."""
     names: set[str] = set()
     for config in configs:
@@ -106,7 +109,7 @@ def _broker_names(configs) -> tuple[set[str], Answer | None]:
     return names, None
 
 
-async def _alter(request: Request, resource, repeated, validate_only: bool) -> Answer:
+async def _alter(request: Request, resource: KioMessage, repeated: Resources, validate_only: bool) -> Answer:
     nulls = [c.name for c in resource.configs if c.value is None and c.config_operation != DELETE]
     refused = common_checks(request, resource, repeated, nulls)
     if refused:
@@ -132,6 +135,6 @@ async def _alter(request: Request, resource, repeated, validate_only: bool) -> A
 
 
 @api(KEY, 0, 1)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Apply each resource's operations, or say why not."""
     return await answer_each(KEY, request, body, _alter)

@@ -15,7 +15,7 @@ included; here, the topics that exist), else CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
@@ -23,7 +23,7 @@ KEY = 22
 
 
 @api(KEY, 0, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Allocate a producer id, or (re)initialise a transactional one."""
     broker = request.broker
     pid, epoch = -1, -1
@@ -42,6 +42,6 @@ async def handle(request: Request, body):
                                        getattr(body, "producer_epoch", -1))
             error = outcome.error
             if outcome.ok:
-                pid, epoch = outcome.value
+                pid, epoch = outcome.result
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error, producer_id=pid,
                  producer_epoch=epoch)

@@ -10,9 +10,9 @@ GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.group_calls import millis
-from logstore.broker.api.kit import AclOperation, Outcome, ResourceType, denied, held
+from logstore.broker.api.kit import AclOperation, ResourceType, denied, held, refuse
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import MemberIdRequiredError
 
@@ -20,7 +20,7 @@ KEY = 11
 
 
 @api(KEY, 0, 7)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Join, and answer when the group's next generation starts."""
     version = request.version
     groups = request.broker.groups
@@ -29,7 +29,7 @@ async def handle(request: Request, body):
     protocols = [(p.name, p.metadata) for p in body.protocols]
     response = response_type(KEY, version)
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
-    outcome = Outcome(error=refused) if refused else await held(
+    outcome = refuse(refused) if refused else await held(
         request, groups.join_group, body.group_id, body.member_id, getattr(body, "group_instance_id", None),
         request.client_id or "", request.client_host, session_ms, rebalance_ms, body.protocol_type, protocols,
         version >= 4)
@@ -39,7 +39,7 @@ async def handle(request: Request, body):
         return build(response, throttle_time=ZERO_MS, error_code=outcome.error, generation_id=-1,
                      protocol_type=None, protocol_name=None if version >= 7 else "", leader="",
                      member_id=member_id, members=())
-    result = outcome.value
+    result = outcome.result
     member_cls = response_type(KEY, version, "JoinGroupResponseMember")
     members = tuple(build(member_cls, member_id=m, group_instance_id=instance, metadata=metadata)
                     for m, instance, metadata in result.members)

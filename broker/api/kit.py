@@ -16,18 +16,23 @@ decides (`logstore.broker.authorizer`). A denial is the resource type's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, Never, TypeVar, TypeVarTuple, cast
 
-from logstore.broker.api import Request, build
+from logstore.broker.api import KioMessage, Request, build
 from logstore.broker.authorizer import CLUSTER_NAME, AclOperation, ResourceType
 from logstore.broker.protocol import ErrorCode
 from logstore.errors import LogStoreError
 
-__all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "Outcome", "PartitionResult",
-           "Shape", "attempt", "authorized", "coordinate", "denied", "each_partition", "error_code", "failure",
-           "held", "refuse", "topic_rows"]
+__all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "KioMessage", "Outcome",
+           "PartitionResult", "Shape", "attempt", "authorized", "coordinate", "denied", "each_partition", "error_code",
+           "failure", "held", "refuse", "topic_rows"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+Ts = TypeVarTuple("Ts")
 
 INIT_PRODUCER_ID, ADD_PARTITIONS_TO_TXN, ADD_OFFSETS_TO_TXN, END_TXN, TXN_OFFSET_COMMIT = 22, 24, 25, 26, 28
 
@@ -61,10 +66,12 @@ def error_code(request: Request, exc: LogStoreError | None) -> ErrorCode:
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """A call's value, or the Kafka error it raised as this request's code and message."""
+class Outcome(Generic[T_co]):
+    """A call's value, or the Kafka error it raised as this request's code and message. A failed
+    outcome holds no value: `refuse` and `failure` make an `Outcome[Never]`, which is an outcome of
+    any call."""
 
-    value: Any = None
+    value: T_co | None = None
     error: ErrorCode = ErrorCode.none
     message: str | None = None
     exc: LogStoreError | None = None
@@ -74,40 +81,50 @@ class Outcome:
         """Whether the call succeeded."""
         return self.error == ErrorCode.none
 
+    @property
+    def result(self) -> T_co:
+        """The call's value, of an outcome that is ok (asking a failed one is a bug: it raises)."""
+        if not self.ok:
+            raise RuntimeError(f"a failed call ({self.error.name}) has no value")
+        # An ok outcome holds what the call returned, a T_co; None only where T_co admits it.
+        return cast(T_co, self.value)
 
-def failure(request: Request, exc: LogStoreError) -> Outcome:
+
+def failure(request: Request, exc: LogStoreError) -> Outcome[Never]:
     """The outcome of a call that raised `exc`."""
     return Outcome(None, error_code(request, exc), str(exc), exc)
 
 
-def refuse(error: ErrorCode, message: str | None = None) -> Outcome:
+def refuse(error: ErrorCode, message: str | None = None) -> Outcome[Never]:
     """The outcome of a check that refused, with the code Kafka answers (no exception carries it)."""
     return Outcome(None, error, message)
 
 
-def attempt(request: Request, call: Callable, *args, **kwargs) -> Outcome:
+def attempt(request: Request, call: Callable[[*Ts], T | Outcome[T]], *args: *Ts) -> Outcome[T]:
     """Call `call` on the event loop; a Kafka error it raises is the outcome's code (an Outcome it
     returns is taken as it is: a refusal)."""
     try:
-        value = call(*args, **kwargs)
+        value = call(*args)
     except LogStoreError as exc:
         return failure(request, exc)
     return value if isinstance(value, Outcome) else Outcome(value)
 
 
-async def coordinate(request: Request, call: Callable, *args) -> Outcome:
+async def coordinate(request: Request, call: Callable[[*Ts], T], *args: *Ts) -> Outcome[T]:
     """Run a blocking call (a coordinator's, an fsynced change) in the broker's pool; its error as a code."""
     try:
-        return Outcome(await request.broker.coordinate(call, *args))
+        value: T = await request.broker.coordinate(call, *args)
+        return Outcome(value)
     except LogStoreError as exc:
         return failure(request, exc)
 
 
-async def held(request: Request, call: Callable, *args) -> Outcome:
+async def held(request: Request, call: Callable[[*Ts], Future[T]], *args: *Ts) -> Outcome[T]:
     """Run a coordinator call whose answer is a future (JoinGroup, SyncGroup) and wait for that answer."""
     try:
-        future = await request.broker.coordinate(call, *args)
-        return Outcome(await asyncio.wrap_future(future))
+        future: Future[T] = await request.broker.coordinate(call, *args)
+        value = await asyncio.wrap_future(future)
+        return Outcome(value)
     except LogStoreError as exc:
         return failure(request, exc)
 
@@ -141,13 +158,13 @@ class Shape:
 
 
 @dataclass(frozen=True)
-class PartitionResult:
+class PartitionResult(Generic[T_co]):
     """One partition asked: its index, the request's entry for it, and the outcome of answering it."""
 
     topic: str
     index: int
-    asked: Any
-    outcome: Outcome
+    asked: KioMessage
+    outcome: Outcome[T_co]
 
     @property
     def error(self) -> ErrorCode:
@@ -155,14 +172,17 @@ class PartitionResult:
         return self.outcome.error
 
     @property
-    def value(self) -> Any:
+    def value(self) -> T_co | None:
         """What answering it returned (None on error)."""
         return self.outcome.value
 
 
-def each_partition(request: Request, topics, answer: Callable[[str, int, Any], Any], *,
-                   operation: AclOperation | None, shape: Shape = Shape(),
-                   error: ErrorCode = ErrorCode.none) -> list[tuple[str, list[PartitionResult]]]:
+PartitionResults = list[tuple[str, list[PartitionResult[T]]]]   # by topic, in the request's order
+
+
+def each_partition(request: Request, topics: Iterable[KioMessage],
+                   answer: Callable[[str, int, KioMessage], T | Outcome[T]], *, operation: AclOperation | None,
+                   shape: Shape = Shape(), error: ErrorCode = ErrorCode.none) -> PartitionResults[T]:
     """`answer(topic, index, asked)` for every partition asked, in the request's order, grouped by topic.
 
     A topic the principal may not perform `operation` on (None: the caller authorized already) is
@@ -172,15 +192,16 @@ def each_partition(request: Request, topics, answer: Callable[[str, int, Any], A
     topics = list(topics)
     names = [getattr(t, shape.topic) for t in topics]
     allowed = set(names) if operation is None else authorized(request, operation, ResourceType.TOPIC, names)
-    results = []
+    results: PartitionResults[T] = []
     for topic, name in zip(topics, names):
-        rows = []
+        rows: list[PartitionResult[T]] = []
         for asked in getattr(topic, shape.partitions):
             index = asked if shape.index is None else getattr(asked, shape.index)
+            outcome: Outcome[T]
             if error != ErrorCode.none:
-                outcome = Outcome(error=error)
+                outcome = refuse(error)
             elif name not in allowed:
-                outcome = Outcome(error=DENIED[ResourceType.TOPIC])
+                outcome = refuse(DENIED[ResourceType.TOPIC])
             else:
                 outcome = attempt(request, answer, name, index, asked)
             rows.append(PartitionResult(name, index, asked, outcome))
@@ -188,9 +209,9 @@ def each_partition(request: Request, topics, answer: Callable[[str, int, Any], A
     return results
 
 
-def topic_rows(results: list[tuple[str, list[PartitionResult]]], topic_cls, partition_cls,
-               fields: Callable[[PartitionResult], dict], *, topic_field: str = "name",
-               partitions_field: str = "partitions") -> tuple:
+def topic_rows(results: PartitionResults[T], topic_cls: type[KioMessage], partition_cls: type[KioMessage],
+               fields: Callable[[PartitionResult[T]], Mapping[str, object]], *, topic_field: str = "name",
+               partitions_field: str = "partitions") -> tuple[KioMessage, ...]:
     """The response's topics: each partition is `fields(result)` plus its error code and message."""
     return tuple(build(topic_cls, **{topic_field: name, partitions_field: tuple(
         build(partition_cls, **{"error_code": r.error, "error_message": r.outcome.message, **fields(r)})

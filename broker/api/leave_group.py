@@ -6,26 +6,26 @@ GROUP, else GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
-from logstore.broker.api.kit import AclOperation, Outcome, ResourceType, coordinate, denied, error_code
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied, error_code, refuse
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 13
 
 
 @api(KEY, 0, 5)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Remove each member named."""
     version = request.version
     groups = request.broker.groups
     leaving = [(body.member_id, None)] if version < 3 else [(m.member_id, m.group_instance_id) for m in body.members]
     response = response_type(KEY, version)
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
-    outcome = Outcome(error=refused) if refused else await coordinate(request, groups.leave_group, body.group_id,
+    outcome = refuse(refused) if refused else await coordinate(request, groups.leave_group, body.group_id,
                                                                       leaving)
     if not outcome.ok:
         return build(response, throttle_time=ZERO_MS, error_code=outcome.error, members=())
-    errors = outcome.value
+    errors = outcome.result
     if version < 3:
         return build(response, throttle_time=ZERO_MS, error_code=error_code(request, errors[0]))
     member_cls = response_type(KEY, version, "MemberResponse")

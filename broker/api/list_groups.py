@@ -9,19 +9,24 @@ DESCRIBE, and the others are not named.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from typing import TYPE_CHECKING
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.group_results import ListedGroup
 
 KEY = 16
 
 
 @api(KEY, 0, 5)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """The groups, with their protocol type (and state, v4; and type, v5)."""
     version = request.version
-    listed = await request.broker.coordinate(request.broker.groups.listed_groups, getattr(body, "states_filter", ()),
-                                             getattr(body, "types_filter", ()))
+    listed: list[ListedGroup] = await request.broker.coordinate(
+        request.broker.groups.listed_groups, getattr(body, "states_filter", ()), getattr(body, "types_filter", ()))
     if denied(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):
         visible = authorized(request, AclOperation.DESCRIBE, ResourceType.GROUP, [g.group_id for g in listed])
         listed = [g for g in listed if g.group_id in visible]

@@ -4,8 +4,10 @@ A timestamp the log refuses is INVALID_REQUEST; a topic the principal may not DE
 TOPIC_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
-from logstore.broker.api.kit import AclOperation, each_partition, refuse, topic_rows
+from typing import Never
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api.kit import AclOperation, Outcome, PartitionResult, each_partition, refuse, topic_rows
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.log import LATEST_TIMESTAMP
 
@@ -14,12 +16,12 @@ NOT_FOUND = dict(timestamp=-1, offset=-1, leader_epoch=-1)
 
 
 @api(KEY, 1, 7)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Look each partition's timestamp up in its log."""
     version = request.version
     committed = getattr(body, "isolation_level", 0) == 1
 
-    def look_up(topic, index, asked):
+    def look_up(topic: str, index: int, asked: KioMessage) -> tuple[int, int] | None | Outcome[Never]:
         log_ = request.broker.store.log(topic, index)
         if asked.timestamp == LATEST_TIMESTAMP:
             return log_.last_stable_offset if committed else log_.high_watermark, -1
@@ -28,7 +30,7 @@ async def handle(request: Request, body):
         except ValueError:
             return refuse(ErrorCode.invalid_request)
 
-    def fields(result) -> dict:
+    def fields(result: PartitionResult[tuple[int, int] | None]) -> dict[str, object]:
         found = result.value
         if found is None:
             return dict(NOT_FOUND, partition_index=result.index)

@@ -36,18 +36,23 @@ from __future__ import annotations
 
 import re
 import time
+from typing import TYPE_CHECKING
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.txn_metadata import TxnMetadata
 
 KEY = 66
 _STATES = {state.kafka_name: state for state in TxnState}
 _RUNNING = (TxnState.ONGOING, TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
 
 
-def _included(meta, states: set[TxnState] | None, producer_ids: set[int], duration_ms: int, pattern, now: int) -> bool:
+def _included(meta: TxnMetadata, states: set[TxnState] | None, producer_ids: set[int], duration_ms: int,
+              pattern: re.Pattern[str] | None, now: int) -> bool:
     if states is not None and meta.state not in states:
         return False
     if producer_ids and meta.producer_id not in producer_ids:
@@ -59,7 +64,7 @@ def _included(meta, states: set[TxnState] | None, producer_ids: set[int], durati
 
 
 @api(KEY, 0, 2)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """List the transactional ids that pass every filter."""
     broker = request.broker
     version = request.version
@@ -79,13 +84,13 @@ async def handle(request: Request, body):
     duration_ms = getattr(body, "duration_filter", -1)
     row_cls = response_type(KEY, version, "TransactionState")
 
-    def listed() -> list:
+    def listed() -> list[TxnMetadata]:
         now = int(time.time() * 1000)
         return [m for m in broker.transactions.transactions()
                 if _included(m, states, producer_ids, duration_ms, pattern, now)]
 
     # Off the event loop: a client's pattern can be slow to match (Python's re backtracks, RE2 does not).
-    found = await broker.coordinate(listed)
+    found: list[TxnMetadata] = await broker.coordinate(listed)
     visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                          [m.transactional_id for m in found])
     rows = tuple(build(row_cls, transactional_id=m.transactional_id, producer_id=m.producer_id,

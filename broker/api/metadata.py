@@ -23,11 +23,12 @@ again, and a 1,000-partition topic costs tens of milliseconds to encode.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable, Mapping
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, denied
 from logstore.broker.context import BrokerContext
-from logstore.broker.protocol import ZERO_MS, ErrorCode, encode_body, frame_of_body
+from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, encode_body, frame_of_body
 from logstore.errors import LogStoreError
 
 KEY = 3
@@ -36,17 +37,18 @@ CACHED_ANSWERS = 256
 ZERO_UUID = uuid.UUID(int=0)
 
 
-def _topic(version, name, error, partitions, node_id, topic_id=None):
+def _topic(version: int, name: str | None, error: ErrorCode, partitions: int, node_id: int,
+           topic_id: uuid.UUID | None = None) -> KioMessage:
     cls = response_type(KEY, version, "MetadataResponseTopic")
     partition_cls = response_type(KEY, version, "MetadataResponsePartition")
     rows = tuple(build(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
                        leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,), offline_replicas=())
                  for p in range(partitions))
-    return build(cls, error_code=error, name=name, topic_id=topic_id, is_internal=bool(name) and name.startswith("__"),
+    return build(cls, error_code=error, name=name, topic_id=topic_id, is_internal=(name or "").startswith("__"),
                  partitions=rows, topic_authorized_operations=UNKNOWN_OPERATIONS)
 
 
-def _encode(correlation_id: int, version: int, body: bytes):
+def _encode(correlation_id: int, version: int, body: bytes) -> PreEncoded:
     """The reply around a body encoded (or cached) by the handler."""
     return frame_of_body(correlation_id, KEY, version, body)
 
@@ -54,7 +56,8 @@ def _encode(correlation_id: int, version: int, body: bytes):
 Hidden = list[tuple[str | None, uuid.UUID | None]]
 
 
-def _asked(request: Request, body, existing) -> tuple[list[str], bool, list[uuid.UUID], Hidden]:
+def _asked(request: Request, body: KioMessage,
+           existing: Mapping[str, int]) -> tuple[list[str], bool, list[uuid.UUID], Hidden]:
     """The topics to describe, whether missing ones may be created, the unknown ids, and the (name, id)
     pairs the principal may not see."""
     broker = request.broker
@@ -75,10 +78,10 @@ def _asked(request: Request, body, existing) -> tuple[list[str], bool, list[uuid
             elif t.topic_id not in (None, ZERO_UUID):
                 unknown_ids.append(t.topic_id)
         visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
-        hidden = [(None, _topic_id(broker, name)) for name in names if name not in visible]
+        hidden: Hidden = [(None, _topic_id(broker, name)) for name in names if name not in visible]
         return [name for name in names if name in visible], False, unknown_ids, hidden
     names = [t.name for t in asked]
-    allow_create = getattr(body, "allow_auto_topic_creation", True)
+    allow_create: bool = getattr(body, "allow_auto_topic_creation", True)
     visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)
     hidden = [(name, None) for name in names if name not in visible]
     names = [name for name in names if name in visible]
@@ -92,7 +95,7 @@ def _asked(request: Request, body, existing) -> tuple[list[str], bool, list[uuid
 
 
 @api(KEY, 0, 12, encode=_encode)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> bytes:
     """Describe the broker and the topics asked for, creating missing ones when allowed."""
     broker = request.broker
     version = request.version
@@ -101,7 +104,7 @@ async def handle(request: Request, body):
     cache = broker.response_cache.setdefault(KEY, {})
     key = (version, tuple((name, existing.get(name), _topic_id(broker, name) if name in existing else None)
                           for name in names), tuple(unknown_ids), tuple(hidden))
-    body_bytes = cache.get(key)
+    body_bytes: bytes | None = cache.get(key)
     if body_bytes is None:
         body_bytes = encode_body(_answer(request, names, existing, allow_create, unknown_ids, hidden))
         if all(name in existing for name in names):
@@ -118,7 +121,9 @@ def _topic_id(broker: BrokerContext, name: str) -> uuid.UUID | None:
         return None
 
 
-def _answer(request: Request, names, existing, allow_create, unknown_ids=(), hidden=()):
+def _answer(request: Request, names: list[str], existing: Mapping[str, int], allow_create: bool,
+            unknown_ids: Iterable[uuid.UUID] = (),
+            hidden: Iterable[tuple[str | None, uuid.UUID | None]] = ()) -> ResponsePayload:
     broker = request.broker
     version = request.version
     topics = [_topic(version, None, ErrorCode.unknown_topic_id, 0, broker.node_id, topic_id)
@@ -132,7 +137,7 @@ def _answer(request: Request, names, existing, allow_create, unknown_ids=(), hid
         if allow_create and broker.config["auto.create.topics.enable"]:
             created = attempt(request, broker.create_topic, name, broker.config["num.partitions"])
             if created.ok:
-                topics.append(_topic(version, name, ErrorCode.none, created.value, broker.node_id,
+                topics.append(_topic(version, name, ErrorCode.none, created.result, broker.node_id,
                                      _topic_id(broker, name)))
                 continue
             error = created.error

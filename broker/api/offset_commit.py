@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.group_calls import known_partitions, millis, partition_codes
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied, error_code
 from logstore.broker.protocol import ZERO_MS
@@ -28,7 +28,7 @@ DEFAULT_RETENTION = -1
 
 
 @api(KEY, 2, 9)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Commit every partition asked that exists."""
     groups = request.broker.groups
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
@@ -41,7 +41,7 @@ async def handle(request: Request, body):
         outcome = await coordinate(request, groups.commit_offsets, body.group_id, body.member_id,
                                    getattr(body, "group_instance_id", None), body.generation_id_or_member_epoch,
                                    offsets, expire, request.version)
-        codes.update({tp: error_code(request, error) for tp, error in outcome.value.items()} if outcome.ok
+        codes.update({tp: error_code(request, error) for tp, error in outcome.result.items()} if outcome.ok
                      else dict.fromkeys(offsets, outcome.error))
     topics = partition_codes(KEY, request.version, "OffsetCommitResponse", body.topics, codes)
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, topics=topics)

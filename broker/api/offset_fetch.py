@@ -15,7 +15,9 @@ on its partitions; asked for every topic, those it may not see are left out.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from collections.abc import Iterable, Sequence
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.group_calls import by_topic
 from logstore.broker.api.kit import (
     AclOperation,
@@ -38,8 +40,9 @@ BATCHED = 8
 SHAPE = Shape(partitions="partition_indexes", index=None)
 
 
-async def _group_topics(request: Request, group_id: str, topics, require_stable: bool, names: tuple[str, str],
-                        member: tuple[str | None, int] = (None, -1)) -> Outcome:
+async def _group_topics(request: Request, group_id: str, topics: Sequence[KioMessage] | None, require_stable: bool,
+                        names: tuple[str, str], member: tuple[str | None, int] = (None, -1)
+                        ) -> Outcome[tuple[KioMessage, ...]]:
     """The group's rows of topics → partitions (or the error of the whole group)."""
     refused = denied(request, AclOperation.DESCRIBE, ResourceType.GROUP, group_id)
     if refused:
@@ -53,12 +56,12 @@ async def _group_topics(request: Request, group_id: str, topics, require_stable:
     outcome = await coordinate(request, request.broker.groups.fetch_offsets, group_id, asked, require_stable,
                                *member)
     if not outcome.ok:
-        return outcome
-    found = outcome.value
+        return Outcome(None, outcome.error, outcome.message, outcome.exc)  # the same failure, with no rows
+    found = outcome.result
     version = request.version
     topic_cls = response_type(KEY, version, names[0])
     partition_cls = response_type(KEY, version, names[1])
-    if asked is None:
+    if topics is None:  # asked for every partition the group has
         grouped = by_topic(found)
         visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, grouped)
         listed = [(topic, partitions) for topic, partitions in grouped.items() if topic in visible]
@@ -79,7 +82,7 @@ async def _group_topics(request: Request, group_id: str, topics, require_stable:
     return Outcome(tuple(rows))
 
 
-def _failed_v1(version: int, topics, error: ErrorCode) -> tuple:
+def _failed_v1(version: int, topics: Iterable[KioMessage] | None, error: ErrorCode) -> tuple[KioMessage, ...]:
     """v1 has no group-level error: every partition asked carries it."""
     partition_cls = response_type(KEY, version, "OffsetFetchResponsePartition")
     return tuple(build(response_type(KEY, version, "OffsetFetchResponseTopic"), name=t.name, partitions=tuple(
@@ -88,7 +91,7 @@ def _failed_v1(version: int, topics, error: ErrorCode) -> tuple:
 
 
 @api(KEY, 1, 9)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """The committed offsets of the partitions asked (or all of them)."""
     version = request.version
     stable = getattr(body, "require_stable", False)
@@ -96,7 +99,7 @@ async def handle(request: Request, body):
         outcome = await _group_topics(request, body.group_id, body.topics, stable,
                                       ("OffsetFetchResponseTopic", "OffsetFetchResponsePartition"))
         if outcome.ok:
-            topics = outcome.value
+            topics = outcome.result
         else:
             topics = _failed_v1(version, body.topics, outcome.error) if version < TOP_LEVEL_ERROR else ()
         return build(response_type(KEY, version), throttle_time=ZERO_MS, topics=topics, error_code=outcome.error)

@@ -4,8 +4,8 @@ the principal may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED (Kafka's Kafka
 which Kafka's followers hold, is for replicas this broker does not have)."""
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
-from logstore.broker.api.kit import AclOperation, Shape, each_partition, topic_rows
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api.kit import AclOperation, PartitionResult, Shape, each_partition, topic_rows
 from logstore.broker.protocol import ZERO_MS
 
 KEY = 23
@@ -13,16 +13,16 @@ SHAPE = Shape(topic="topic", index="partition")
 
 
 @api(KEY, 2, 4)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Look each (partition, epoch) up in the leader-epoch cache."""
     version = request.version
 
-    def end_offset(topic, index, asked) -> tuple[int, int]:
+    def end_offset(topic: str, index: int, asked: KioMessage) -> tuple[int, int]:
         log_ = request.broker.store.log(topic, index)
         return log_.epoch_cache.end_offset_for(asked.leader_epoch, log_.log_end_offset)
 
-    def fields(result) -> dict:
-        epoch, end = result.value if result.outcome.ok else (-1, -1)
+    def fields(result: PartitionResult[tuple[int, int]]) -> dict[str, object]:
+        epoch, end = result.outcome.result if result.outcome.ok else (-1, -1)
         return dict(partition=result.index, leader_epoch=epoch, end_offset=end)
 
     results = each_partition(request, body.topics, end_offset, operation=AclOperation.DESCRIBE, shape=SHAPE)

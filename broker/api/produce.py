@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Never
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import (
     AclOperation,
     Outcome,
+    PartitionResult,
     ResourceType,
     Shape,
     denied,
@@ -45,6 +48,10 @@ from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.protocol import ZERO_MS, ErrorCode, decode_native_produce
 from logstore.errors import LogStoreError
 
+if TYPE_CHECKING:
+    from logstore.log import AppendResult, Log
+    from logstore.native.wire import ProducePartition, ProduceRequest
+
 log = logging.getLogger(__name__)
 
 KEY = 0
@@ -52,57 +59,57 @@ KEY = 0
 
 SHAPE = Shape(partitions="partition_data", index="index")
 FAILED = dict(base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=())
+Appended = tuple["AppendResult", "Log"]   # where a partition's batch landed, and its log (to wait for the fsync)
 
 
-def _fields(result, fsync_errors: dict) -> dict:
+def _fields(result: PartitionResult[Appended], fsync_errors: dict[int, ErrorCode]) -> dict[str, object]:
     """A partition's row: its offsets once appended, or the error (the fsync's, if that failed)."""
     if id(result) in fsync_errors:
         return dict(FAILED, index=result.index, error_code=fsync_errors[id(result)], error_message=None)
     if not result.outcome.ok:
         return dict(FAILED, index=result.index)
-    info, _ = result.value
+    info, _ = result.outcome.result
     return dict(index=result.index, base_offset=info.first_offset, record_errors=(),
                 log_append_time=None if info.log_append_time < 0
                 else datetime.fromtimestamp(info.log_append_time / 1000, UTC),
                 log_start_offset=info.log_start_offset)
 
 
-def _append(request: Request, topic, partition, records, transactional_id):
-    """(error, append info or the error raised, log) of one partition's append."""
+def _append(request: Request, topic: str, partition: int, records: memoryview | None,
+            transactional_id: str | None) -> Appended | Outcome[Never]:
+    """One partition's append, or its refusal with the code the checks chose (a Kafka error's, with its message)."""
     broker = request.broker
     try:
         if topic in INTERNAL_TOPICS:
-            return ErrorCode.invalid_topic_exception, None, None
+            return refuse(ErrorCode.invalid_topic_exception)
         log_ = broker.store.log(topic, partition)
         batch = None if records is None else log_.format.peek_produced_batch(records)
-        if batch is None:
-            return ErrorCode.invalid_record, None, None
+        if records is None or batch is None:
+            return refuse(ErrorCode.invalid_record)
         if batch.magic < 2:
-            return ErrorCode.unsupported_for_message_format, None, None
+            return refuse(ErrorCode.unsupported_for_message_format)
         # Kafka's rule for Produce v3+ (one batch); a size that runs past the end is the validator's to report.
         if batch.size < len(records):
-            return ErrorCode.invalid_record, None, None
+            return refuse(ErrorCode.invalid_record)
         if batch.is_transactional:
             with broker.transactions.verified_write(transactional_id, batch.producer_id, batch.producer_epoch,
                                                     topic, partition):
-                return ErrorCode.none, log_.append(records), log_
-        return ErrorCode.none, log_.append(records), log_
+                return log_.append(records), log_
+        return log_.append(records), log_
     except LogStoreError as exc:
-        return error_code(request, exc), exc, None
+        return refuse(error_code(request, exc), str(exc))
 
 
-def _answer(request: Request, transactional_id):
+def _answer(request: Request,
+            transactional_id: str | None) -> Callable[[str, int, ProducePartition], Appended | Outcome[Never]]:
     """The per-partition answer: append, or refuse with the code the checks chose."""
-    def append(topic, index, data) -> Outcome:
-        error, result, log_ = _append(request, topic, index, data.records, transactional_id)
-        if error != ErrorCode.none:
-            return refuse(error, str(result) if isinstance(result, LogStoreError) else None)
-        return Outcome((result, log_))
+    def append(topic: str, index: int, data: ProducePartition) -> Appended | Outcome[Never]:
+        return _append(request, topic, index, data.records, transactional_id)
     return append
 
 
 @api(KEY, 0, 10, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0)
-async def handle(request: Request, body):
+async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | None:
     """Append every partition's records; reply per partition, after the fsync for acks=-1."""
     broker = request.broker
     version = request.version
@@ -119,7 +126,8 @@ async def handle(request: Request, body):
     fsync_errors: dict[int, ErrorCode] = {}
     waits = [r for _, rows in results for r in rows if r.outcome.ok]
     if waits and acks == -1 and broker.config["logstore.acks.all.fsync"]:
-        futures = [asyncio.wrap_future(log_.durable(info.last_offset + 1)) for info, log_ in (r.value for r in waits)]
+        futures = [asyncio.wrap_future(log_.durable(info.last_offset + 1))
+                   for info, log_ in (r.outcome.result for r in waits)]
         _, pending = await asyncio.wait(futures, timeout=max(timeout, 0.001))
         for result, fut in zip(waits, futures):
             if fut in pending:

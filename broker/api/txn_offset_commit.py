@@ -14,7 +14,7 @@ TOPIC_AUTHORIZATION_FAILED on its partitions.
 """
 from __future__ import annotations
 
-from logstore.broker.api import Request, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.group_calls import known_partitions, partition_codes
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied, error_code
 from logstore.broker.protocol import ZERO_MS
@@ -23,7 +23,7 @@ KEY = 28
 
 
 @api(KEY, 0, 3)
-async def handle(request: Request, body):
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Stage the offsets in the producer's transaction."""
     groups = request.broker.groups
     refused = (denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
@@ -35,7 +35,7 @@ async def handle(request: Request, body):
                                    body.producer_id, body.producer_epoch, getattr(body, "member_id", ""),
                                    getattr(body, "group_instance_id", None), getattr(body, "generation_id", -1),
                                    offsets)
-        codes.update({tp: error_code(request, error) for tp, error in outcome.value.items()} if outcome.ok
+        codes.update({tp: error_code(request, error) for tp, error in outcome.result.items()} if outcome.ok
                      else dict.fromkeys(offsets, outcome.error))
     topics = partition_codes(KEY, request.version, "TxnOffsetCommitResponse", body.topics, codes)
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, topics=topics)

@@ -20,7 +20,7 @@ from logstore.broker.coordinator.classic_rebalance import ClassicRebalancer
 from logstore.broker.coordinator.group_config import GroupConfig
 from logstore.broker.coordinator.group_context import Effects, GroupContext
 from logstore.broker.coordinator.group_log import encode_group_key, encode_group_value
-from logstore.broker.coordinator.group_results import GroupDescription, MemberDescription, SyncResult
+from logstore.broker.coordinator.group_results import GroupDescription, JoinResult, MemberDescription, SyncResult
 from logstore.broker.coordinator.group_state import Group, GroupState, Member
 from logstore.broker.coordinator.group_store import GroupStore
 from logstore.errors import (
@@ -73,9 +73,9 @@ class ClassicGroupManager:
 
     # -- JoinGroup ---------------------------------------------------------------------------
 
-    def join(self, group_id: str, group: Group | None, partition: int, waiter: Future, member_id: str,
-             group_instance_id: str | None, client_id: str, client_host: str, session_timeout_ms: int,
-             rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
+    def join(self, group_id: str, group: Group | None, partition: int, waiter: Future[JoinResult],
+             member_id: str, group_instance_id: str | None, client_id: str, client_host: str,
+             session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str, protocols: list[tuple[str, bytes]],
              require_known_member_id: bool, now: int, fx: Effects) -> None:
         """JoinGroup to a classic group or a new one; `waiter` is answered when the rebalance completes."""
         if group is None:
@@ -199,7 +199,7 @@ class ClassicGroupManager:
 
     def sync(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
              assignments: Mapping[str, bytes], protocol_type: str | None, protocol_name: str | None,
-             waiter: Future, now: int, fx: Effects) -> StoredAssignment | None:
+             waiter: Future[SyncResult], now: int, fx: Effects) -> StoredAssignment | None:
         """SyncGroup in a classic group; what `assignment_stored` needs when the leader's are being stored."""
         group = self._live_group(group_id)
         member = current_member(group, member_id, group_instance_id)

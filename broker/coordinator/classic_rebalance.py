@@ -98,7 +98,7 @@ class ClassicRebalancer:
         members: tuple[tuple[str, str | None, bytes], ...] = ()
         if with_members and member.member_id == group.leader_id:
             protocol = group.protocol_name  # a group with a leader has chosen its protocol
-            members = tuple((m.member_id, m.group_instance_id, m.metadata(protocol))  # type: ignore[arg-type]
+            members = tuple((m.member_id, m.group_instance_id, m.metadata(protocol))
                             for m in group.members.values())
         return JoinResult(member.member_id, group.generation_id, group.protocol_type, group.protocol_name,
                           group.leader_id or "", members)

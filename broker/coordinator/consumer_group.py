@@ -35,11 +35,12 @@ from __future__ import annotations
 import enum
 import re
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from logstore.assignors import SERVER_ASSIGNORS, MemberSubscription
+from logstore.broker.coordinator.consumer_protocol import Subscription
 from logstore.errors import (
     FencedInstanceIdError,
     FencedMemberEpochError,
@@ -92,7 +93,8 @@ class ConsumerGroupConfig:
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> ConsumerGroupConfig:
         """From broker settings, checked as Kafka's GroupCoordinatorConfig checks them."""
-        def get(name, default):
+        # Broker settings are whatever the config file or the caller gave: checked below, not typed.
+        def get(name: str, default: int | str) -> Any:
             return settings.get(name, default)
 
         session = get("group.consumer.session.timeout.ms", 45_000)
@@ -158,6 +160,12 @@ class ConsumerMember:
     classic: ClassicMetadata | None = None   # set while the member speaks the classic protocol
     classic_deadline: int | None = None      # a classic member's JoinGroup or SyncGroup is due by then
 
+    def classic_metadata(self) -> ClassicMetadata:
+        """The classic metadata of a member the caller knows to speak the classic protocol."""
+        if self.classic is None:
+            raise ValueError(f"member {self.member_id} speaks the consumer protocol, not the classic one")
+        return self.classic
+
     def holds(self) -> frozenset[TopicPartition]:
         """Every partition the member may still be reading: assigned, or assigned and not yet revoked."""
         return self.assigned | self.pending_revocation
@@ -174,17 +182,17 @@ class ConsumerMember:
         return self.subscribed_topics | frozenset(
             t for t in counts if not t.startswith("__") and pattern.fullmatch(t))
 
-    def metadata_key(self) -> tuple:
+    def metadata_key(self) -> tuple[object, ...]:
         """What ConsumerGroupMemberMetadata persists: a change of it is a record to write."""
         return (self.instance_id, self.rack_id, self.client_id, self.client_host, self.subscribed_topics,
                 self.subscribed_regex, self.rebalance_timeout_ms, self.server_assignor, self.classic)
 
-    def assignment_key(self) -> tuple:
+    def assignment_key(self) -> tuple[int, int, MemberState, frozenset[TopicPartition], frozenset[TopicPartition]]:
         """What ConsumerGroupCurrentMemberAssignment persists."""
         return (self.member_epoch, self.previous_member_epoch, self.state, self.assigned, self.pending_revocation)
 
 
-def _compiled(regex: str) -> re.Pattern:
+def _compiled(regex: str) -> re.Pattern[str]:
     try:
         return re.compile(regex)
     except re.error as exc:
@@ -255,8 +263,9 @@ class ConsumerGroup:
 
     def heartbeat(self, config: ConsumerGroupConfig, counts: Mapping[str, int], now: int, *, member_id: str,
                   member_epoch: int, instance_id: str | None = None, rack_id: str | None = None,
-                  rebalance_timeout_ms: int = -1, subscribed_topics=None, subscribed_regex: str | None = None,
-                  server_assignor: str | None = None, owned=None, client_id: str = "", client_host: str = "",
+                  rebalance_timeout_ms: int = -1, subscribed_topics: Iterable[str] | None = None,
+                  subscribed_regex: str | None = None, server_assignor: str | None = None,
+                  owned: Iterable[TopicPartition] | None = None, client_id: str = "", client_host: str = "",
                   new_member_id: Callable[[], str] = lambda: str(uuid.uuid4())) -> HeartbeatAnswer:
         """ConsumerGroupHeartbeat: join (epoch 0), stay (the member's epoch), leave (-1, or -2 for a static
         member); `None` fields are unchanged since the last heartbeat, as the protocol sends them."""
@@ -302,9 +311,12 @@ class ConsumerGroup:
                                    or (owned is not None and owned != member.assigned)) else None
         return HeartbeatAnswer(member.member_id, member.member_epoch, config.heartbeat_interval_ms, sent)
 
-    def _join(self, config, member_id, instance_id, rack_id, rebalance_timeout_ms, subscribed_topics,
-              subscribed_regex, server_assignor, owned, client_id, client_host) -> ConsumerMember:
+    def _join(self, config: ConsumerGroupConfig, member_id: str, instance_id: str | None, rack_id: str | None,
+              rebalance_timeout_ms: int, subscribed_topics: Iterable[str] | None, subscribed_regex: str | None,
+              server_assignor: str | None, owned: frozenset[TopicPartition] | None, client_id: str,
+              client_host: str) -> ConsumerMember:
         check_join_fields(rebalance_timeout_ms, owned, subscribed_topics, subscribed_regex)
+        member: ConsumerMember | None
         holder = self.static_member(instance_id)
         if holder is not None and holder.member_id != member_id:
             if holder.member_epoch != STATIC_LEAVE_EPOCH and holder.classic is None:
@@ -353,7 +365,8 @@ class ConsumerGroup:
                 raise FencedInstanceIdError(f"Static member {member_id} with instance id {instance_id} was fenced "
                                             f"by member {holder.member_id}.")
 
-    def _known(self, member_id: str, member_epoch: int, instance_id: str | None, owned) -> ConsumerMember:
+    def _known(self, member_id: str, member_epoch: int, instance_id: str | None,
+               owned: frozenset[TopicPartition] | None) -> ConsumerMember:
         self._check_instance(member_id, instance_id)
         member = self.members.get(member_id)
         if member is None:
@@ -371,7 +384,8 @@ class ConsumerGroup:
                 f"group coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.")
         return member
 
-    def _leave(self, config, member_id: str, member_epoch: int, instance_id: str | None) -> HeartbeatAnswer:
+    def _leave(self, config: ConsumerGroupConfig, member_id: str, member_epoch: int,
+               instance_id: str | None) -> HeartbeatAnswer:
         self._check_instance(member_id, instance_id)
         member = self.members.get(member_id)
         if member is None:
@@ -421,7 +435,7 @@ class ConsumerGroup:
         self.target = dict(assign(subscriptions, self.subscribed_counts))
         self.assignment_epoch = self.group_epoch
 
-    def _reconcile(self, member: ConsumerMember, owned, now: int) -> None:
+    def _reconcile(self, member: ConsumerMember, owned: frozenset[TopicPartition] | None, now: int) -> None:
         """Move the member towards its target as far as the others allow (see the module doc)."""
         if member.state is MemberState.UNREVOKED_PARTITIONS:
             if owned is None or owned & member.pending_revocation:
@@ -455,12 +469,13 @@ class ConsumerGroup:
 
     def classic_join(self, config: ConsumerGroupConfig, counts: Mapping[str, int], now: int, *, member_id: str,
                      instance_id: str | None, rebalance_timeout_ms: int, classic: ClassicMetadata,
-                     subscription, client_id: str = "", client_host: str = "", new_id: bool = False
+                     subscription: Subscription, client_id: str = "", client_host: str = "", new_id: bool = False
                      ) -> ConsumerMember:
         """A JoinGroup inside the consumer group (Kafka's classicGroupJoinToConsumerGroup): the member's
         subscription (a decoded ConsumerProtocol one) is taken as a heartbeat's, and its owned partitions
         acknowledge revocations; `new_id` when the coordinator just made its id. The member's epoch is the
         generation it is answered."""
+        member: ConsumerMember | None
         holder = self.static_member(instance_id)
         if holder is not None and holder.member_id != member_id:
             if not new_id:
@@ -522,7 +537,8 @@ class ConsumerGroup:
             m.classic is not None for m in self.members.values() if m is not member)
 
 
-def check_join_fields(rebalance_timeout_ms: int, owned, subscribed_topics, subscribed_regex) -> None:
+def check_join_fields(rebalance_timeout_ms: int, owned: Collection[object] | None,
+                      subscribed_topics: Iterable[str] | None, subscribed_regex: str | None) -> None:
     """What a (re)join (epoch 0) must carry, with Kafka's messages."""
     if rebalance_timeout_ms < 0:
         raise InvalidRequestError("RebalanceTimeoutMs must be provided in first request.")

@@ -60,6 +60,13 @@ class ConsumerKey:
     group: str
     member: str | None = None
 
+    @property
+    def member_id(self) -> str:
+        """The member of a member record (types 5, 7 and 8, whose keys `decode_key` always gives one)."""
+        if self.member is None:
+            raise ValueError(f"a record of type {self.record_type} for group {self.group!r} names no member")
+        return self.member
+
 
 def encode_key(key: ConsumerKey) -> bytes:
     """The key bytes (its version is the record type)."""
@@ -69,7 +76,7 @@ def encode_key(key: ConsumerKey) -> bytes:
     return w.getvalue()
 
 
-def decode_key(data) -> ConsumerKey | None:
+def decode_key(data: bytes) -> ConsumerKey | None:
     """A consumer-group key, or None for another record type."""
     reader = Reader(data, "__consumer_offsets key")
     record_type = reader.int(2)
@@ -113,7 +120,7 @@ def _partitions(w: Writer, partitions: Iterable[TopicPartition], topic_ids: Topi
 
 
 def _read_partitions(reader: Reader, topic_names: TopicNames) -> frozenset[TopicPartition]:
-    def entry():
+    def entry() -> tuple[bytes, list[int]]:
         topic_id = _uuid(reader)
         ps = reader.array(True, lambda: reader.int(4))
         reader.tagged_fields()
@@ -131,8 +138,7 @@ def _epoch_value(epoch: int) -> bytes:
 
 
 def _partition_metadata_value(counts: Mapping[str, int], topic_ids: TopicIds) -> bytes:
-    rows = [(topic_ids(t), t, n) for t, n in sorted(counts.items())]
-    rows = [r for r in rows if r[0] is not None]
+    rows = [(topic_id, t, n) for t, n in sorted(counts.items()) if (topic_id := topic_ids(t)) is not None]
     w = _value().array_header(True, len(rows))
     for topic_id, name, n in rows:
         _put_uuid(w, topic_id).string(True, name).int(4, n).array_header(True, 0).tagged_fields()
@@ -166,7 +172,7 @@ def _read_classic(data: bytes, what: str) -> ClassicMetadata:
         reader.int(1)
     session_timeout_ms = reader.int(4)
 
-    def protocol():
+    def protocol() -> tuple[str, bytes]:
         name, metadata = reader.string(True), reader.bytes(True)
         reader.tagged_fields()
         return name, metadata or b""
@@ -189,7 +195,7 @@ def _assignment_value(m: ConsumerMember, topic_ids: TopicIds) -> bytes:
     return w.tagged_fields().getvalue()
 
 
-def _reader(data, what: str) -> Reader:
+def _reader(data: bytes, what: str) -> Reader:
     reader = Reader(data, what)
     version = reader.int(2)
     if version != VALUE_VERSION:
@@ -210,7 +216,7 @@ def records_between(before: ConsumerGroup | None, after: ConsumerGroup | None,
     old = before or ConsumerGroup(group_id, group_epoch=-1, assignment_epoch=-1)
     records: list[tuple[bytes, bytes | None]] = []
 
-    def put(record_type, value, member=None):
+    def put(record_type: int, value: bytes | None, member: str | None = None) -> None:
         records.append((encode_key(ConsumerKey(record_type, group_id, member)), value))
 
     if after is None:
@@ -266,7 +272,7 @@ class ConsumerGroupLoader:
         self._names = topic_names
         self._groups: dict[str, _Loading] = {}
 
-    def replay(self, key: ConsumerKey, value) -> None:
+    def replay(self, key: ConsumerKey, value: bytes | None) -> None:
         """Apply one record (value None: a tombstone)."""
         what = f"consumer group {key.group!r} record type {key.record_type}"
         g = self._groups.setdefault(key.group, _Loading())
@@ -283,9 +289,9 @@ class ConsumerGroupLoader:
             g.counts = {} if value is None else self._counts(value, what)
         elif t == MEMBER_METADATA:
             if value is None:
-                g.members.pop(key.member, None)
+                g.members.pop(key.member_id, None)
             else:
-                self._member(g, key.member, value, what)
+                self._member(g, key.member_id, value, what)
         elif t == TARGET_EPOCH:
             if value is not None:
                 reader = _reader(value, what)
@@ -294,14 +300,14 @@ class ConsumerGroupLoader:
                 reader.end()
         elif t == TARGET_MEMBER:
             if value is None:
-                g.target.pop(key.member, None)
+                g.target.pop(key.member_id, None)
             else:
                 reader = _reader(value, what)
-                g.target[key.member] = _read_partitions(reader, self._names)
+                g.target[key.member_id] = _read_partitions(reader, self._names)
                 reader.tagged_fields()
                 reader.end()
         elif t == CURRENT_ASSIGNMENT and value is not None:
-            member = g.members.get(key.member)
+            member = g.members.get(key.member_id)
             reader = _reader(value, what)
             epoch, previous, state = reader.int(4), reader.int(4), reader.int(1)
             assigned = _read_partitions(reader, self._names)
@@ -313,15 +319,15 @@ class ConsumerGroupLoader:
                 member.state = _STATES.get(state, MemberState.STABLE)
                 member.assigned, member.pending_revocation = assigned, pending
 
-    def _counts(self, value, what: str) -> dict[str, int]:
+    def _counts(self, value: bytes, what: str) -> dict[str, int]:
         reader = _reader(value, what)
 
-        def topic():
+        def topic() -> tuple[str, int]:
             _uuid(reader)
             name = reader.string(True)
             n = reader.int(4)
 
-            def rack_entry():
+            def rack_entry() -> None:
                 reader.int(4)
                 reader.array(True, lambda: reader.string(True))
                 reader.tagged_fields()
@@ -333,7 +339,7 @@ class ConsumerGroupLoader:
         reader.end()
         return counts
 
-    def _member(self, g: _Loading, member_id: str, value, what: str) -> None:
+    def _member(self, g: _Loading, member_id: str, value: bytes, what: str) -> None:
         reader = _reader(value, what)
         instance_id = reader.string(True, nullable=True)
         rack_id = reader.string(True, nullable=True)

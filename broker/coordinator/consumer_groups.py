@@ -25,7 +25,7 @@ asks for one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.consumer_group import (
@@ -190,9 +190,11 @@ class ConsumerGroupManager:
             try:
                 if downgrade:
                     # The last member speaking the consumer protocol left: the classic members carry on alone.
+                    assert group is not None  # `before`, a consumer group, is its state
                     self._migration.downgrade(group, member_id, now, fx)
                     records = []
                 elif upgraded is not None:
+                    assert group is not None  # the classic group being upgraded
                     records = self._migration.upgrade_records(group, upgraded) + records_between(
                         upgraded, working, self._context.topic_id)
                 else:
@@ -224,7 +226,7 @@ class ConsumerGroupManager:
         """A consumer member's timer: remove it if its session or revocation time ran out, else look later."""
         if not self._timers.claim(group.group_id, member_id, deadline):
             return  # superseded by an earlier timer
-        current = group.consumer
+        current = group.consumer_group()
         if member_id not in current.members:
             return
         if member_id not in current.expired(now):
@@ -258,9 +260,10 @@ class ConsumerGroupManager:
 
     def remove_records(self, fx: Effects, group: Group) -> None:
         """Tombstones for the consumer group's records (under the lock); its offsets are the caller's."""
-        records = records_between(group.consumer, None, self._context.topic_id)
+        consumer = group.consumer_group()
+        records = records_between(consumer, None, self._context.topic_id)
         self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
-        self._timers.forget(group.group_id, group.consumer.members)
+        self._timers.forget(group.group_id, consumer.members)
 
     def to_classic(self, fx: Effects, group: Group) -> None:
         """Kafka's offline downgrade, at a JoinGroup: the empty consumer group goes (its offsets stay)."""
@@ -272,7 +275,7 @@ class ConsumerGroupManager:
     def check_commit(group: Group, member_id: str, instance_id: str | None, member_epoch: int,
                      transactional: bool, api_version: int | None) -> None:
         """Kafka's ConsumerGroup.validateOffsetCommit."""
-        consumer = group.consumer
+        consumer = group.consumer_group()
         if member_epoch < 0 and not consumer.members:
             return
         if transactional and member_epoch == -1 and not member_id and instance_id is None:
@@ -296,7 +299,7 @@ class ConsumerGroupManager:
         """Kafka's ConsumerGroup.validateOffsetFetch (an admin fetch names no member)."""
         if member_id is None and member_epoch < 0:
             return
-        member = group.consumer.members.get(member_id or "")
+        member = group.consumer_group().members.get(member_id or "")
         if member is None:
             raise UnknownMemberIdError(f"Member {member_id} is not a member of group {group.group_id}.")
         _check_member_epoch(member_epoch, member.member_epoch)
@@ -326,11 +329,11 @@ class ConsumerGroupManager:
 
 def _described(consumer: ConsumerGroup, cfg: ConsumerGroupConfig, ids: dict[str, bytes | None]
                ) -> ConsumerGroupDescription:
-    def rows(partitions):
+    def rows(partitions: Iterable[TopicPartition]) -> tuple[tuple[bytes, str, tuple[int, ...]], ...]:
         grouped: dict[str, list[int]] = {}
         for topic, p in sorted(partitions):
             grouped.setdefault(topic, []).append(p)
-        return tuple((ids[t], t, tuple(ps)) for t, ps in grouped.items() if ids.get(t) is not None)
+        return tuple((topic_id, t, tuple(ps)) for t, ps in grouped.items() if (topic_id := ids.get(t)) is not None)
 
     members = tuple(ConsumerMemberDescription(
         m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
@@ -346,10 +349,12 @@ def _check_member_epoch(received: int, expected: int) -> None:
                                     f"epoch {expected}.")
 
 
-def _check_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
-                     subscribed_topic_names, subscribed_topic_regex, owned, member_id_required) -> None:
+def _check_heartbeat(group_id: str, member_id: str, member_epoch: int, instance_id: str | None,
+                     rack_id: str | None, rebalance_timeout_ms: int, subscribed_topic_names: Iterable[str] | None,
+                     subscribed_topic_regex: str | None, owned: Collection[object] | None,
+                     member_id_required: bool) -> None:
     """Kafka's throwIfConsumerGroupHeartbeatRequestIsInvalid (INVALID_REQUEST, Kafka's messages)."""
-    def blank(value):
+    def blank(value: str | None) -> bool:
         return value is not None and not value.strip()
 
     if (member_id_required or member_epoch > 0 or member_epoch == -1) and blank(member_id or ""):

@@ -52,7 +52,7 @@ class Assignment:
     version: int = HIGHEST_VERSION
 
 
-def decode_subscription(data) -> Subscription:
+def decode_subscription(data: bytes) -> Subscription:
     """A ConsumerProtocolSubscription of any version >= 0."""
     reader = Reader(data, "ConsumerProtocolSubscription")
     version = _read_version(reader)
@@ -80,7 +80,7 @@ def encode_subscription(sub: Subscription) -> bytes:
     return w.getvalue()
 
 
-def decode_assignment(data) -> Assignment:
+def decode_assignment(data: bytes) -> Assignment:
     """A ConsumerProtocolAssignment of any version >= 0; empty bytes are the empty assignment."""
     if not len(data):
         # SyncGroup gives a member the leader left out empty bytes, not an encoded empty assignment.
@@ -112,7 +112,7 @@ def _check_version(version: int) -> int:
 
 
 def _read_partitions(reader: Reader) -> TopicPartitions:
-    def topic_partitions():
+    def topic_partitions() -> tuple[str, tuple[int, ...]]:
         topic = reader.string(False)
         return topic, tuple(reader.array(False, lambda: reader.int(4)))
 

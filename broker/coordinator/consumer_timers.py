@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from logstore.broker.coordinator.consumer_group import ConsumerGroup, ConsumerGroupConfig
+from logstore.broker.coordinator.consumer_group import ConsumerGroupConfig
 from logstore.broker.coordinator.group_context import GroupContext
 from logstore.broker.coordinator.group_state import Group
 
@@ -27,7 +27,7 @@ class ConsumerTimers:
 
     def watch(self, group: Group, member_id: str) -> None:
         """Queue the member's next deadline unless an earlier one is queued (a later one is found then)."""
-        consumer: ConsumerGroup = group.consumer
+        consumer = group.consumer_group()
         deadline = min(consumer.members[member_id].deadlines())
         key = (group.group_id, member_id)
         queued = self._queued.get(key)
@@ -55,7 +55,7 @@ class ConsumerTimers:
 
     def start_sessions(self, group: Group, now: int) -> None:
         """After loading: every member's session starts now, and its members heartbeat on."""
-        consumer: ConsumerGroup = group.consumer
+        consumer = group.consumer_group()
         for member in consumer.members.values():
             member.session_deadline = now + (self._config.session_timeout_ms if member.classic is None
                                              else member.classic.session_timeout_ms)

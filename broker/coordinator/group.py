@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from logstore.broker.coordinator.classic_groups import NEW_MEMBER_JOIN_TIMEOUT_MS, ClassicGroupManager
 from logstore.broker.coordinator.classic_rebalance import ClassicRebalancer
@@ -69,13 +69,15 @@ if TYPE_CHECKING:
 __all__ = ["GroupConfig", "GroupCoordinator", "GroupDescription", "JoinResult", "ListedGroup", "MemberDescription",
            "NEW_MEMBER_JOIN_TIMEOUT_MS", "SyncResult"]
 
+T = TypeVar("T")
+
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def _answered(value: Any) -> Future:
-    future: Future = Future()
+def _answered(value: T | BaseException) -> Future[T]:
+    future: Future[T] = Future()
     if isinstance(value, BaseException):
         future.set_exception(value)
     else:
@@ -154,7 +156,7 @@ class GroupCoordinator:
 
     def join_group(self, group_id: str, member_id: str, group_instance_id: str | None, client_id: str,
                    client_host: str, session_timeout_ms: int, rebalance_timeout_ms: int, protocol_type: str,
-                   protocols: list[tuple[str, bytes]], require_known_member_id: bool = True) -> Future:
+                   protocols: list[tuple[str, bytes]], require_known_member_id: bool = True) -> Future[JoinResult]:
         """JoinGroup: a future of the `JoinResult`, answered when the rebalance completes (or an error)."""
         if not group_id:
             return _answered(InvalidGroupIdError("the group id is empty"))
@@ -167,7 +169,7 @@ class GroupCoordinator:
         partition = self.partition_of(group_id)
         now = self._context.clock()
         fx = Effects()
-        waiter: Future = Future()
+        waiter: Future[JoinResult] = Future()
         with self._context.lock:
             group = self._group_store.get(group_id)
             try:
@@ -178,7 +180,7 @@ class GroupCoordinator:
                         group, member_id, group_instance_id, client_id, client_host, session_timeout_ms,
                         rebalance_timeout_ms, protocol_type, protocols, require_known_member_id, now, fx)
                     fx.answer(waiter, JoinResult(member.member_id, member.member_epoch, CONSUMER_PROTOCOL,
-                                                 member.classic.protocol_name, "", ()))
+                                                 member.classic_metadata().protocol_name, "", ()))
                 else:
                     if group is not None and group.consumer is not None:
                         self._consumers.to_classic(fx, group)
@@ -192,11 +194,11 @@ class GroupCoordinator:
 
     def sync_group(self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None,
                    assignments: Mapping[str, bytes], protocol_type: str | None = None,
-                   protocol_name: str | None = None) -> Future:
+                   protocol_name: str | None = None) -> Future[SyncResult]:
         """SyncGroup: a future of the member's `SyncResult`, answered once the leader's assignment is stored."""
         now = self._context.clock()
         fx = Effects()
-        waiter: Future = Future()
+        waiter: Future[SyncResult] = Future()
         stored = None
         with self._context.lock:
             try:

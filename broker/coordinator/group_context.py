@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.errors import CoordinatorNotAvailableError, LogStoreError
@@ -28,16 +28,18 @@ log = logging.getLogger(__name__)
 
 # (deadline ms, sequence, group id, member id or None for the group's own deadline)
 Timer = tuple[int, int, str, str | None]
+T = TypeVar("T")
 
 
 class Effects:
     """What a call decided under the lock and does after it: replies to release, appends to wait for."""
 
     def __init__(self) -> None:
-        self.replies: list[tuple[Future, Any]] = []
+        # Futures of different results (JoinResult, SyncResult): `answer` pairs each with a value of its own.
+        self.replies: list[tuple[Future[Any], object]] = []
         self.appended: list[tuple[Log, int]] = []
 
-    def answer(self, waiter: Future | None, value: Any) -> None:
+    def answer(self, waiter: Future[T] | None, value: T | BaseException) -> None:
         """Release `waiter` with `value` (a result or an error) once the call's appends are durable."""
         if waiter is not None:
             self.replies.append((waiter, value))
@@ -85,14 +87,16 @@ class GroupContext:
 
     # -- the log -----------------------------------------------------------------------------
 
-    def append(self, fx: Effects, partition: int, keys: list[bytes], values: list[bytes | None],
-               **producer: Any) -> AppendResult:
+    def append(self, fx: Effects, partition: int, keys: list[bytes], values: list[bytes | None], *,
+               producer_id: int | None = None, producer_epoch: int = -1) -> AppendResult:
         """Append records to a `__consumer_offsets` partition (under the lock); `fx` waits for them to be
-        durable. `producer` (producer_id, producer_epoch) makes the batch transactional."""
+        durable. `producer_id` (with `producer_epoch`) makes the batch transactional."""
         target = self.store.log(OFFSETS_TOPIC, partition)
-        if producer:
-            producer = dict(producer, base_sequence=0, transactional=True)
-        batch = target.format.encode_batch(keys, values, **producer)
+        if producer_id is None:
+            batch = target.format.encode_batch(keys, values)
+        else:
+            batch = target.format.encode_batch(keys, values, producer_id=producer_id, producer_epoch=producer_epoch,
+                                               base_sequence=0, transactional=True)
         result = target.append(bytearray(batch), client=False)
         fx.appended.append((target, result.last_offset + 1))
         return result

@@ -93,7 +93,7 @@ class GroupValue:
     members: tuple[MemberValue, ...] = ()
 
 
-def decode_key(data) -> OffsetKey | GroupKey | None:
+def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key, or None for a record type this coordinator does not keep (3+: KIP-848, share groups)."""
     fields = _fast_offset_key(data)
     if fields is not None:
@@ -137,7 +137,7 @@ def encode_offset_value(value: OffsetValue) -> bytes:
     return w.getvalue()
 
 
-def decode_offset_value(data) -> OffsetValue:
+def decode_offset_value(data: bytes) -> OffsetValue:
     """An OffsetCommitValue of version 0..4."""
     fields = _fast_offset_value(data)
     if fields is not None:
@@ -169,7 +169,7 @@ def encode_group_value(value: GroupValue) -> bytes:
     return w.getvalue()
 
 
-def decode_group_value(data) -> GroupValue:
+def decode_group_value(data: bytes) -> GroupValue:
     """A GroupMetadataValue of version 0..4."""
     reader = Reader(data, "GroupMetadataValue")
     version = _value_version(reader)
@@ -220,9 +220,13 @@ _LEN = struct.Struct(">h")
 _PARTITION = struct.Struct(">i")
 _VALUE_V3_HEAD = struct.Struct(">hqih")
 _TIMESTAMP = struct.Struct(">q")
+# (group, topic, partition), (offset, leader_epoch, metadata, commit_timestamp) and the two together.
+_OffsetKeyFields = tuple[str, str, int]
+_OffsetValueFields = tuple[int, int, str, int]
+OffsetCommitFields = tuple[str, str, int, int, int, str, int]
 
 
-def read_offset_commit(key, value) -> tuple | None:
+def read_offset_commit(key: bytes | None, value: bytes | None) -> OffsetCommitFields | None:
     """(group, topic, partition, offset, leader_epoch, metadata, commit_timestamp) of an offset commit
     in the versions Kafka writes (key v0/v1, value v3); None for any other record, to decode in full."""
     if key is None or value is None:
@@ -234,7 +238,7 @@ def read_offset_commit(key, value) -> tuple | None:
     return None if v is None else k + v
 
 
-def _fast_offset_key(data) -> tuple | None:
+def _fast_offset_key(data: bytes) -> _OffsetKeyFields | None:
     try:
         version, n = _KEY_HEAD.unpack_from(data, 0)
         if version not in (0, 1) or n < 0:
@@ -250,7 +254,7 @@ def _fast_offset_key(data) -> tuple | None:
         return None
 
 
-def _fast_offset_value(data) -> tuple | None:
+def _fast_offset_value(data: bytes) -> _OffsetValueFields | None:
     try:
         version, offset, leader_epoch, n = _VALUE_V3_HEAD.unpack_from(data, 0)
         if version != 3 or n < 0 or len(data) != 16 + n + 8:

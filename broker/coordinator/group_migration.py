@@ -105,8 +105,9 @@ def classic_group_from_consumer(consumer: ConsumerGroup, leaving: str, partition
                   protocol_type=CONSUMER_PROTOCOL, generation_id=consumer.group_epoch)
     for m in consumer.members.values():
         if m.member_id != leaving:
+            classic = m.classic_metadata()
             group.add(Member(m.member_id, m.instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                             m.classic.session_timeout_ms, CONSUMER_PROTOCOL, list(m.classic.protocols)))
+                             classic.session_timeout_ms, CONSUMER_PROTOCOL, list(classic.protocols)))
     group.protocol_name = group.select_protocol()
     for member in group.members.values():
         member.assignment = assignment_bytes(consumer.target.get(member.member_id, frozenset()),
@@ -170,10 +171,11 @@ class GroupMigration:
         group.leader_id = group.protocol_name = group.protocol_type = None
         group.join_deadline = group.sync_deadline = group.initial_delay_left = None
         group.state, group.generation_id, group.new_member_added = GroupState.EMPTY, 0, False
-        for member_id in group.consumer.members:
+        consumer = group.consumer_group()
+        for member_id in consumer.members:
             self._timers.watch(group, member_id)
         log.info("group %r: classic group with members upgraded to a consumer group (epoch %d)", group.group_id,
-                 group.consumer.group_epoch)
+                 consumer.group_epoch)
 
     # -- downgrade -----------------------------------------------------------------------------
 
@@ -196,11 +198,12 @@ class GroupMigration:
         """Write the downgrade's records, make the group classic and start a rebalance; raises LogStoreError
         (the group unchanged) when the records cannot be appended. `source`: the members to keep, when a
         join changed them (then no rebalance: Kafka's downgrade by a static member's replacement)."""
-        classic = classic_group_from_consumer(source or group.consumer, leaving, group.partition, now)
-        records = records_between(group.consumer, None, self._context.topic_id)
+        consumer = group.consumer_group()
+        classic = classic_group_from_consumer(source or consumer, leaving, group.partition, now)
+        records = records_between(consumer, None, self._context.topic_id)
         records.append((encode_group_key(group.group_id), encode_group_value(classic.to_value())))
         self._context.append(fx, group.partition, [k for k, _ in records], [v for _, v in records])
-        self._timers.forget(group.group_id, group.consumer.members)
+        self._timers.forget(group.group_id, consumer.members)
         classic.offsets, classic.pending_txn_offsets = group.offsets, group.pending_txn_offsets
         self._groups.put(classic)
         for member in classic.members.values():
@@ -219,7 +222,7 @@ class GroupMigration:
         """JoinGroup to a consumer group with members (Kafka's classicGroupJoinToConsumerGroup): the member,
         whose epoch is the generation to answer (nobody leads)."""
         cfg = self._config.consumer
-        consumer: ConsumerGroup = group.consumer
+        consumer = group.consumer_group()
         new_id = not member_id
         if new_id:
             member_id = str(uuid.uuid4())
@@ -274,9 +277,10 @@ class GroupMigration:
             except LogStoreError as exc:
                 raise CoordinatorNotAvailableError(f"__consumer_offsets not written: {exc}") from exc
 
-    def _classic_member(self, group: Group, member_id: str, instance_id: str | None) -> ConsumerMember:
-        """The classic member a request speaks for (Kafka's validateConsumerGroupMember)."""
-        consumer: ConsumerGroup = group.consumer
+    def _classic_member(self, group: Group, member_id: str, instance_id: str | None
+                        ) -> tuple[ConsumerMember, ClassicMetadata]:
+        """The classic member a request speaks for (Kafka's validateConsumerGroupMember), and its metadata."""
+        consumer = group.consumer_group()
         if instance_id is None:
             member = consumer.members.get(member_id)
             if member is None:
@@ -291,41 +295,42 @@ class GroupMigration:
                                             f"by member {member.member_id}.")
         if member.classic is None:
             raise UnknownMemberIdError(f"Member {member.member_id} does not use the classic protocol.")
-        return member
+        return member, member.classic
 
     def classic_sync(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
                      protocol_type: str | None, protocol_name: str | None, now: int) -> tuple[str, bytes]:
         """SyncGroup in a consumer group: the protocol name and the member's current assignment (Kafka's
         classicGroupSyncToConsumerGroup)."""
-        consumer: ConsumerGroup = group.consumer
-        member = self._classic_member(group, member_id, instance_id)
+        consumer = group.consumer_group()
+        member, classic = self._classic_member(group, member_id, instance_id)
         _check_generation(member, generation_id)
         if protocol_type is not None and protocol_type != CONSUMER_PROTOCOL:
             raise InconsistentGroupProtocolError(f"The protocol type {protocol_type} from member {member_id} request "
                                                  f"is not equal to the group protocol type {CONSUMER_PROTOCOL}.")
-        if protocol_name is not None and protocol_name != member.classic.protocol_name:
+        if protocol_name is not None and protocol_name != classic.protocol_name:
             raise InconsistentGroupProtocolError(
                 f"The protocol name {protocol_name} from member {member_id} request is not equal to the protocol "
-                f"name {member.classic.protocol_name} returned in the join response.")
+                f"name {classic.protocol_name} returned in the join response.")
         if consumer.group_epoch > member.member_epoch and member.state is not MemberState.UNREVOKED_PARTITIONS:
             self._expect_rejoin(group, member, now)
             raise RebalanceInProgressError(f"A new rebalance is triggered in group {group.group_id} and member "
                                            f"{member.member_id} should rejoin to catch up.")
         member.classic_deadline = None
-        member.session_deadline = now + member.classic.session_timeout_ms
+        member.session_deadline = now + classic.session_timeout_ms
         self._timers.watch(group, member.member_id)
-        return member.classic.protocol_name, assignment_bytes(member.assigned, member.classic.protocols[0][1])
+        return classic.protocol_name, assignment_bytes(member.assigned, classic.protocols[0][1])
 
     def classic_heartbeat(self, group: Group, generation_id: int, member_id: str, instance_id: str | None,
                           now: int) -> None:
         """Heartbeat in a consumer group (Kafka's classicGroupHeartbeatToConsumerGroup)."""
-        member = self._classic_member(group, member_id, instance_id)
+        member, classic = self._classic_member(group, member_id, instance_id)
         _check_generation(member, generation_id)
-        member.session_deadline = now + member.classic.session_timeout_ms
+        member.session_deadline = now + classic.session_timeout_ms
         self._timers.watch(group, member.member_id)
-        if group.consumer.must_rejoin(member):
+        consumer = group.consumer_group()
+        if consumer.must_rejoin(member):
             self._expect_rejoin(group, member, now)
-            raise RebalanceInProgressError(f"group {group.group_id!r} moved to epoch {group.consumer.group_epoch}: "
+            raise RebalanceInProgressError(f"group {group.group_id!r} moved to epoch {consumer.group_epoch}: "
                                            "rejoin")
 
     def _expect_rejoin(self, group: Group, member: ConsumerMember, now: int) -> None:
@@ -337,12 +342,12 @@ class GroupMigration:
     def classic_leave(self, group: Group, members: Iterable[tuple[str, str | None]], fx: Effects
                       ) -> list[LogStoreError | None]:
         """LeaveGroup in a consumer group: classic members only; one epoch bump for all who left."""
-        consumer: ConsumerGroup = group.consumer
+        consumer = group.consumer_group()
         working = consumer.copy()
         results: list[LogStoreError | None] = []
         for member_id, instance_id in members:
             try:
-                member = self._classic_member(group, member_id, instance_id)
+                member, _ = self._classic_member(group, member_id, instance_id)
                 if member.member_id not in working.members:
                     raise UnknownMemberIdError(f"Member {member.member_id} is not a member of group "
                                                f"{group.group_id}.")

@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 # (offset, leader epoch, metadata) committed for one partition
 OffsetCommit = tuple[int, int, str | None]
+# The records of a commit: the offsets accepted, their keys and values, and an error or None per partition.
+_CommitRecords = tuple[list[tuple[TopicPartition, CommittedOffset]], list[bytes], list[bytes | None],
+                       dict[TopicPartition, LogStoreError | None]]
 # verified_write(transactional id, producer id, producer epoch, topic, partition) of TransactionCoordinator
 VerifiedWrite = Callable[[str, int, int, str, int], AbstractContextManager[None]]
 
@@ -99,7 +102,7 @@ class OffsetManager:
         return group
 
     def _offset_records(self, group_id: str, offsets: Mapping[TopicPartition, OffsetCommit],
-                        now: int, expire_timestamp: int):
+                        now: int, expire_timestamp: int) -> _CommitRecords:
         """The records of a commit, and an error for each partition refused."""
         errors: dict[TopicPartition, LogStoreError | None] = {}
         accepted: list[tuple[TopicPartition, CommittedOffset]] = []
@@ -113,8 +116,9 @@ class OffsetManager:
             errors[tp] = None
             accepted.append((tp, CommittedOffset(offset, leader_epoch, metadata, now, expire_timestamp)))
         keys = [encode_offset_key(group_id, tp[0], tp[1]) for tp, _ in accepted]
-        values = [encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata, c.commit_timestamp,
-                                                  c.expire_timestamp)) for _, c in accepted]
+        values: list[bytes | None] = [encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
+                                                                      c.commit_timestamp, c.expire_timestamp))
+                                      for _, c in accepted]
         return accepted, keys, values, errors
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
@@ -169,7 +173,9 @@ class OffsetManager:
         with self._context.lock:
             for group_id in self._groups.txn_groups.pop((partition, producer_id), ()):
                 group = self._groups.get(group_id)
-                pending = group.pending_txn_offsets.pop(producer_id, {}) if group is not None else {}
+                if group is None:
+                    continue
+                pending = group.pending_txn_offsets.pop(producer_id, {})
                 if commit:
                     for tp, committed in pending.items():
                         keep_newer(group.offsets, tp, committed)
@@ -294,6 +300,7 @@ class OffsetManager:
         expired = 0
         with self._context.lock:
             for group in self._groups.all():
+                subscribed: set[str] | None
                 if group.consumer is not None:
                     # Kafka's ConsumerGroup: each offset lasts a retention from its commit, unless subscribed.
                     subscribed = group.consumer.subscribed_topics() if group.consumer.members else set()

@@ -11,11 +11,15 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
 from logstore.broker.coordinator.group_log import GroupValue, MemberValue
+from logstore.broker.coordinator.group_results import JoinResult, SyncResult
 from logstore.errors import CorruptRecordError
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.consumer_group import ConsumerGroup
 
 CONSUMER_PROTOCOL = "consumer"
 
@@ -66,15 +70,16 @@ class Member:
     protocol_type: str
     protocols: list[tuple[str, bytes]]
     assignment: bytes = b""
-    join_waiter: Future | None = None
-    sync_waiter: Future | None = None
+    join_waiter: Future[JoinResult] | None = None
+    sync_waiter: Future[SyncResult] | None = None
     # Joined during this rebalance: expires if it does not finish joining (Kafka's isNew).
     is_new: bool = False
     heartbeat_deadline: int = 0
     timer_at: int | None = None      # the deadline of the member's queued timer
 
-    def metadata(self, protocol: str) -> bytes:
-        """The member's metadata for `protocol` (its subscription, for consumers)."""
+    def metadata(self, protocol: str | None) -> bytes:
+        """The member's metadata for `protocol` (its subscription, for consumers); KeyError when it has none
+        (for None, the protocol of a group that chose none, it never has)."""
         for name, metadata in self.protocols:
             if name == protocol:
                 return metadata
@@ -132,9 +137,9 @@ class Group:
     sync_deadline: int | None = None
     offsets: dict[tuple[str, int], CommittedOffset] = field(default_factory=dict)
     pending_txn_offsets: dict[int, dict[tuple[str, int], CommittedOffset]] = field(default_factory=dict)
-    # A KIP-848 consumer group's state (consumer_group.ConsumerGroup); None for a classic group. The
-    # classic fields above are then unused: the group's offsets are all it shares with the classic kind.
-    consumer: Any = None
+    # A KIP-848 consumer group's state; None for a classic group. The classic fields above are then
+    # unused: the group's offsets are all it shares with the classic kind.
+    consumer: ConsumerGroup | None = None
 
     # -- state ---------------------------------------------------------------------------
 
@@ -165,6 +170,12 @@ class Group:
     def state_name(self) -> str:
         """The state ListGroups shows: the classic state, or the consumer group's."""
         return self.state.value if self.consumer is None else self.consumer.state
+
+    def consumer_group(self) -> ConsumerGroup:
+        """The KIP-848 state of a group the caller knows to be a consumer group."""
+        if self.consumer is None:
+            raise ValueError(f"group {self.group_id!r} is a classic group, not a consumer group")
+        return self.consumer
 
     # -- membership ------------------------------------------------------------------------
 
@@ -254,7 +265,8 @@ class Group:
         for member in self.members.values():
             choice = member.vote(candidates)
             votes[choice] = votes.get(choice, 0) + 1
-        leader = self.members.get(self.leader_id) or next(iter(self.members.values()))
+        leader = (self.members.get(self.leader_id) if self.leader_id is not None else None) or next(
+            iter(self.members.values()))
         preference = [name for name, _ in leader.protocols if name in votes]
         return max(preference, key=lambda name: (votes[name], -preference.index(name)))
 

@@ -45,10 +45,11 @@ from __future__ import annotations
 
 import base64
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeAlias
 
 from logstore.broker.coordinator import consumer_group_log, group_log, txn_log
-from logstore.broker.coordinator.consumer_protocol import decode_assignment, decode_subscription
+from logstore.broker.coordinator.consumer_protocol import TopicPartitions, decode_assignment, decode_subscription
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL
 from logstore.broker.coordinator.records import Reader
 from logstore.checkpoints import topic_id_to_string
@@ -57,17 +58,23 @@ from logstore.errors import CorruptRecordError
 
 TOMBSTONE = "<DELETE>"
 
+# What the decoders return: JSON values, printed by the caller.
+JsonValue: TypeAlias = "str | int | None | Sequence[JsonValue] | Mapping[str, JsonValue]"
+JsonObject = dict[str, JsonValue]
+
 # -- schemas of the values (and keys) the coordinators have no value decoder for ----------------------
 # A field is (JSON name, type); a type is "int8".."int64", "string", "string?" (nullable), "bytes",
 # "uuid", ("[]", element type) or a struct (a list of fields).
+_Kind: TypeAlias = "str | tuple[str, _Kind] | list[tuple[str, _Kind]]"
+_Struct = list[tuple[str, _Kind]]
 
-_TOPIC_PARTITIONS = [("topicId", "uuid"), ("partitions", ("[]", "int32"))]
-_TOPIC_METADATA = [("topicId", "uuid"), ("topicName", "string"), ("numPartitions", "int32"),
-                   ("partitionMetadata", ("[]", [("partition", "int32"), ("racks", ("[]", "string"))]))]
-_CLASSIC_MEMBER = [("sessionTimeoutMs", "int32"),
-                   ("supportedProtocols", ("[]", [("name", "string"), ("metadata", "bytes")]))]
+_TOPIC_PARTITIONS: _Struct = [("topicId", "uuid"), ("partitions", ("[]", "int32"))]
+_TOPIC_METADATA: _Struct = [("topicId", "uuid"), ("topicName", "string"), ("numPartitions", "int32"),
+                           ("partitionMetadata", ("[]", [("partition", "int32"), ("racks", ("[]", "string"))]))]
+_CLASSIC_MEMBER: _Struct = [("sessionTimeoutMs", "int32"),
+                           ("supportedProtocols", ("[]", [("name", "string"), ("metadata", "bytes")]))]
 
-_VALUES: dict[int, list] = {
+_VALUES: dict[int, _Struct] = {
     3: [("epoch", "int32")],
     4: [("topics", ("[]", _TOPIC_METADATA))],
     5: [("instanceId", "string?"), ("rackId", "string?"), ("clientId", "string"), ("clientHost", "string"),
@@ -92,8 +99,8 @@ _VALUES: dict[int, list] = {
     16: [("topics", ("[]", "string")), ("version", "int64"), ("timestamp", "int64")],
 }
 # Nullable tagged structs of a value: record type -> {tag: (JSON name, struct)}.
-_TAGGED: dict[int, dict[int, tuple[str, list]]] = {5: {consumer_group_log.CLASSIC_MEMBER_TAG:
-                                                           ("classicMemberMetadata", _CLASSIC_MEMBER)}}
+_TAGGED: dict[int, dict[int, tuple[str, _Struct]]] = {5: {consumer_group_log.CLASSIC_MEMBER_TAG:
+                                                              ("classicMemberMetadata", _CLASSIC_MEMBER)}}
 # Keys of the types consumer_group_log does not read (keys are never flexible).
 _SCHEMA_KEYS: dict[int, tuple[str, ...]] = {9: ("groupId",), 10: ("groupId", "memberId"), 11: ("groupId",),
                                             12: ("groupId",), 13: ("groupId", "memberId"),
@@ -107,7 +114,7 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(bytes(data)).decode("ascii")
 
 
-def _read(reader: Reader, kind, flexible: bool = True):
+def _read(reader: Reader, kind: _Kind, flexible: bool = True) -> JsonValue:
     """One field of type `kind` (see the schema notation above)."""
     if isinstance(kind, str):
         if kind in _INT_SIZES:
@@ -127,9 +134,9 @@ def _read(reader: Reader, kind, flexible: bool = True):
     return _read_struct(reader, kind)
 
 
-def _read_struct(reader: Reader, fields: list, tagged: dict[int, tuple[str, list]] | None = None) -> dict:
+def _read_struct(reader: Reader, fields: _Struct, tagged: dict[int, tuple[str, _Struct]] | None = None) -> JsonObject:
     """A flexible struct: its fields, then its tagged-field section (known tags shown, others skipped)."""
-    data = {}
+    data: JsonObject = {}
     for name, kind in fields:
         data[name] = _read(reader, kind)
     for tag, payload in reader.tagged_fields().items():
@@ -139,7 +146,7 @@ def _read_struct(reader: Reader, fields: list, tagged: dict[int, tuple[str, list
     return data
 
 
-def _tagged_struct(payload: bytes, fields: list, what: str) -> dict | None:
+def _tagged_struct(payload: bytes, fields: _Struct, what: str) -> JsonObject | None:
     """A nullable struct in a tagged field: Kafka's presence varint then the struct, or the bare struct."""
     reader = Reader(payload, what)
     try:
@@ -156,7 +163,7 @@ def _tagged_struct(payload: bytes, fields: list, what: str) -> dict | None:
         return value
 
 
-def _version(data, what: str) -> int:
+def _version(data: bytes, what: str) -> int:
     if len(data) < 2:
         raise CorruptRecordError(f"{what} has {len(data)} bytes, fewer than its 2-byte version", 0)
     return int.from_bytes(bytes(data[:2]), "big", signed=True)
@@ -164,12 +171,12 @@ def _version(data, what: str) -> int:
 
 # -- __consumer_offsets ----------------------------------------------------------------------------------
 
-def offsets_record(key: bytes | None, value: bytes | None) -> tuple[dict, dict | str]:
+def offsets_record(key: bytes | None, value: bytes | None) -> tuple[JsonObject, JsonObject | str]:
     """(key, payload) of a `__consumer_offsets` record as kafka-dump-log --offsets-decoder shows it."""
     if key is None:
         raise CorruptRecordError("a __consumer_offsets record has no key")
     record_type = _version(key, "__consumer_offsets key")
-    key_json = {"type": str(record_type), "data": _offsets_key(record_type, key)}
+    key_json: JsonObject = {"type": str(record_type), "data": _offsets_key(record_type, key)}
     if value is None:
         return key_json, TOMBSTONE
     version = _version(value, "__consumer_offsets value")
@@ -187,17 +194,19 @@ def offsets_record(key: bytes | None, value: bytes | None) -> tuple[dict, dict |
     return key_json, {"version": str(version), "data": data}
 
 
-def _offsets_key(record_type: int, key) -> dict:
+def _offsets_key(record_type: int, key: bytes) -> JsonObject:
     if record_type in (0, 1, 2):
         decoded = group_log.decode_key(key)
         if isinstance(decoded, group_log.GroupKey):
             return {"group": decoded.group}
+        assert decoded is not None  # decode_key answers None only for types above 2
         return {"group": decoded.group, "topic": decoded.topic, "partition": decoded.partition}
     if consumer_group_log.GROUP_EPOCH <= record_type <= consumer_group_log.CURRENT_ASSIGNMENT:
-        decoded = consumer_group_log.decode_key(key)
-        data = {"groupId": decoded.group}
-        if decoded.member is not None:
-            data["memberId"] = decoded.member
+        consumer_key = consumer_group_log.decode_key(key)
+        assert consumer_key is not None  # decode_key answers None only for types outside 3-8
+        data: JsonObject = {"groupId": consumer_key.group}
+        if consumer_key.member is not None:
+            data["memberId"] = consumer_key.member
         return data
     names = _SCHEMA_KEYS.get(record_type)
     if names is None:
@@ -209,9 +218,9 @@ def _offsets_key(record_type: int, key) -> dict:
     return data
 
 
-def _offset_commit_value(value, version: int) -> dict:
+def _offset_commit_value(value: bytes, version: int) -> JsonObject:
     v = group_log.decode_offset_value(value)
-    data = {"offset": v.offset}
+    data: JsonObject = {"offset": v.offset}
     if version >= 3:
         data["leaderEpoch"] = v.leader_epoch
     data.update(metadata=v.metadata, commitTimestamp=v.commit_timestamp)
@@ -220,16 +229,16 @@ def _offset_commit_value(value, version: int) -> dict:
     return data
 
 
-def _group_metadata_value(value, version: int) -> dict:
+def _group_metadata_value(value: bytes, version: int) -> JsonObject:
     g = group_log.decode_group_value(value)
-    data = {"protocolType": g.protocol_type, "generation": g.generation, "protocol": g.protocol,
+    data: JsonObject = {"protocolType": g.protocol_type, "generation": g.generation, "protocol": g.protocol,
             "leader": g.leader}
     if version >= 2:
         data["currentStateTimestamp"] = g.current_state_timestamp
     consumer = g.protocol_type == CONSUMER_PROTOCOL
-    members = []
+    members: list[JsonObject] = []
     for m in g.members:
-        member = {"memberId": m.member_id}
+        member: JsonObject = {"memberId": m.member_id}
         if version >= 3:
             member["groupInstanceId"] = m.group_instance_id
         member.update(clientId=m.client_id, clientHost=m.client_host)
@@ -243,7 +252,7 @@ def _group_metadata_value(value, version: int) -> dict:
     return data
 
 
-def _blob(data: bytes, decode: Callable[[bytes], dict] | None):
+def _blob(data: bytes, decode: Callable[[bytes], JsonObject] | None) -> JsonValue:
     """A member's subscription or assignment: decoded when it parses (consumer groups), else base64."""
     if decode is not None and len(data):
         try:
@@ -253,13 +262,13 @@ def _blob(data: bytes, decode: Callable[[bytes], dict] | None):
     return _b64(data)
 
 
-def _partitions_json(partitions) -> list[dict]:
+def _partitions_json(partitions: TopicPartitions) -> list[JsonObject]:
     return [{"topic": topic, "partitions": list(ids)} for topic, ids in partitions]
 
 
-def _subscription_json(data: bytes) -> dict:
+def _subscription_json(data: bytes) -> JsonObject:
     s = decode_subscription(data)
-    out = {"topics": list(s.topics), "userData": _b64(s.user_data)}
+    out: JsonObject = {"topics": list(s.topics), "userData": _b64(s.user_data)}
     if s.version >= 1:
         out["ownedPartitions"] = _partitions_json(s.owned_partitions)
     if s.version >= 2:
@@ -269,26 +278,26 @@ def _subscription_json(data: bytes) -> dict:
     return out
 
 
-def _assignment_json(data: bytes) -> dict:
+def _assignment_json(data: bytes) -> JsonObject:
     a = decode_assignment(data)
     return {"assignedPartitions": _partitions_json(a.partitions), "userData": _b64(a.user_data)}
 
 
 # -- __transaction_state ---------------------------------------------------------------------------------
 
-def transaction_record(key: bytes | None, value: bytes | None) -> tuple[dict, dict | str]:
+def transaction_record(key: bytes | None, value: bytes | None) -> tuple[JsonObject, JsonObject | str]:
     """(key, payload) of a `__transaction_state` record as kafka-dump-log --transaction-log-decoder shows it."""
     if key is None:
         raise CorruptRecordError("a __transaction_state record has no key")
     record_type = _version(key, "TransactionLogKey")
     if record_type != txn_log.KEY_VERSION:
         raise UnknownRecordType(record_type)
-    key_json = {"type": str(record_type), "data": {"transactionalId": txn_log.decode_key(key)}}
+    key_json: JsonObject = {"type": str(record_type), "data": {"transactionalId": txn_log.decode_key(key)}}
     if value is None:
         return key_json, TOMBSTONE
     version = _version(value, "TransactionLogValue")
     v = txn_log.decode_value(value)
-    data = {"producerId": v.producer_id}
+    data: JsonObject = {"producerId": v.producer_id}
     if version >= 1:
         if v.previous_producer_id != -1:
             data["previousProducerId"] = v.previous_producer_id
@@ -302,7 +311,7 @@ def transaction_record(key: bytes | None, value: bytes | None) -> tuple[dict, di
     return key_json, {"version": str(version), "data": data}
 
 
-def _txn_partitions(v: txn_log.TxnLogValue) -> list[dict] | None:
+def _txn_partitions(v: txn_log.TxnLogValue) -> list[JsonObject] | None:
     if v.state == txn_log.TxnState.EMPTY and not v.partitions:
         return None  # written as a null array in state Empty
     by_topic: dict[str, list[int]] = {}

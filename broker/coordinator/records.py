@@ -9,9 +9,10 @@ half-decoded.
 """
 from __future__ import annotations
 
+import builtins
 import struct
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Literal, TypeVar, overload
 
 from logstore.errors import CorruptRecordError
 
@@ -37,9 +38,11 @@ class Reader:
 
     def int(self, size: int) -> int:
         """A big-endian signed integer of `size` bytes."""
-        return _INTS[size].unpack(self._take(size))[0]
+        value: builtins.int = _INTS[size].unpack(self._take(size))[0]
+        return value
 
-    def uvarint(self) -> int:
+    # The methods `int` and `bytes` shadow the builtins in this class's annotations, hence `builtins.`.
+    def uvarint(self) -> builtins.int:
         """An unsigned varint (at most 5 bytes)."""
         value = shift = 0
         for _ in range(5):
@@ -49,6 +52,11 @@ class Reader:
                 return value
             shift += 7
         raise CorruptRecordError(f"{self.what}: varint longer than 5 bytes", self.pos)
+
+    @overload
+    def string(self, flexible: bool, nullable: Literal[False] = False) -> str: ...
+    @overload
+    def string(self, flexible: bool, nullable: bool) -> str | None: ...
 
     def string(self, flexible: bool, nullable: bool = False) -> str | None:
         """A (compact when flexible) string; None only when `nullable`."""
@@ -62,10 +70,15 @@ class Reader:
         except UnicodeDecodeError as exc:
             raise CorruptRecordError(f"{self.what}: string is not UTF-8 ({exc.reason})", self.pos) from None
 
-    def bytes(self, flexible: bool) -> bytes | None:
+    def bytes(self, flexible: bool) -> builtins.bytes | None:
         """A (compact when flexible) nullable byte string."""
         n = self.uvarint() - 1 if flexible else self.int(4)
         return None if n < 0 else self._take(n)
+
+    @overload
+    def array(self, flexible: bool, element: Callable[[], T], nullable: Literal[False] = False) -> list[T]: ...
+    @overload
+    def array(self, flexible: bool, element: Callable[[], T], nullable: bool) -> list[T] | None: ...
 
     def array(self, flexible: bool, element: Callable[[], T], nullable: bool = False) -> list[T] | None:
         """A (compact when flexible) array whose elements `element()` reads."""
@@ -78,7 +91,7 @@ class Reader:
             raise CorruptRecordError(f"{self.what}: array of {n} in {len(self.data) - self.pos} bytes", self.pos)
         return [element() for _ in range(n)]
 
-    def tagged_fields(self) -> dict[int, bytes]:
+    def tagged_fields(self) -> dict[builtins.int, builtins.bytes]:
         """A tagged-field section: tag → raw payload (unknown tags are the caller's to skip)."""
         fields = {}
         for _ in range(self.uvarint()):
@@ -95,7 +108,7 @@ class Reader:
 class Writer:
     """Builds a struct from primitives, front to back."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parts: list[bytes] = []
 
     def int(self, size: int, value: int) -> Writer:
@@ -103,7 +116,8 @@ class Writer:
         self.parts.append(_INTS[size].pack(value))
         return self
 
-    def uvarint(self, value: int) -> Writer:
+    # The method `int` shadows the builtin in this class's annotations, hence `builtins.int`.
+    def uvarint(self, value: builtins.int) -> Writer:
         """An unsigned varint."""
         out = bytearray()
         while value >= 0x80:
@@ -118,7 +132,7 @@ class Writer:
         data = None if value is None else value.encode("utf-8")
         return self.bytes_(flexible, data, length_size=2)
 
-    def bytes_(self, flexible: bool, value: bytes | None, length_size: int = 4) -> Writer:
+    def bytes_(self, flexible: bool, value: bytes | None, length_size: builtins.int = 4) -> Writer:
         """A (compact when flexible) byte string; None writes null."""
         n = -1 if value is None else len(value)
         if flexible:
@@ -129,12 +143,12 @@ class Writer:
             self.parts.append(bytes(value))
         return self
 
-    def array_header(self, flexible: bool, count: int | None) -> Writer:
+    def array_header(self, flexible: bool, count: builtins.int | None) -> Writer:
         """The count of an array whose elements the caller writes next; None writes null."""
         n = -1 if count is None else count
         return self.uvarint(n + 1) if flexible else self.int(4, n)
 
-    def tagged_fields(self, fields: dict[int, bytes] | None = None) -> Writer:
+    def tagged_fields(self, fields: dict[builtins.int, bytes] | None = None) -> Writer:
         """A tagged-field section, tags in increasing order."""
         fields = fields or {}
         self.uvarint(len(fields))

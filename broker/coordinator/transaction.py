@@ -50,7 +50,6 @@ from logstore.broker.coordinator.txn_metadata import (
 )
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
 from logstore.broker.coordinator.txn_timeouts import TxnTimeouts
-from logstore.crash_points import crash_point
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -253,7 +252,6 @@ class TransactionCoordinator:
                 raise InvalidTxnStateError(f"transactional id {transactional_id!r} cannot "
                                            f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
         self._state.persist(meta, transit, then=completed(wanted))
-        crash_point("txn-prepared")
         self._completer.complete(meta, claimed=True)
 
     def _member(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:

@@ -110,7 +110,7 @@ def decode_value(data: bytes) -> TxnLogValue:
     except ValueError:
         raise CorruptRecordError(f"TransactionLogValue has unknown TransactionStatus {status}") from None
 
-    def topic_partitions():
+    def topic_partitions() -> list[tuple[str, int]]:
         topic = reader.string(flexible)
         ids = reader.array(flexible, lambda: reader.int(4))
         if flexible:
@@ -133,4 +133,5 @@ def _tag(tags: dict[int, bytes], tag: int, fmt: struct.Struct, default: int) -> 
         return default
     if len(raw) != fmt.size:
         raise CorruptRecordError(f"TransactionLogValue tagged field {tag} has {len(raw)} bytes, not {fmt.size}")
-    return fmt.unpack(raw)[0]
+    value: int = fmt.unpack(raw)[0]
+    return value

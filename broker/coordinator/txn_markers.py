@@ -19,7 +19,6 @@ from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_metadata import COORDINATOR_EPOCH, PREPARED, TxnMetadata, completed
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
-from logstore.crash_points import crash_point
 from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
@@ -44,7 +43,7 @@ class TxnMarkerWriter:
 
     def write(self, meta: TxnMetadata, commit: bool) -> None:
         """A marker in every partition of `meta`'s transaction (a deleted one is skipped); raises LogStoreError."""
-        waits: list[Future] = []
+        waits: list[Future[int]] = []
         try:
             for topic, partition in sorted(meta.partitions):
                 try:
@@ -53,7 +52,6 @@ class TxnMarkerWriter:
                     continue  # deleted since it joined the transaction: nothing left to end
                 result = target.write_txn_marker(meta.producer_id, meta.producer_epoch, COORDINATOR_EPOCH,
                                                  commit=commit)
-                crash_point("txn-marker")
                 if self._fsync:
                     waits.append(target.durable(result.last_offset + 1))
             for wait in waits:
@@ -81,7 +79,6 @@ class TxnCompleter:
         with self._state.lock:
             meta.pending = TxnState.PREPARE_ABORT
         self._state.persist(meta, transit, then=TxnState.COMPLETE_ABORT)
-        crash_point("txn-prepared")
         self.complete(meta, claimed=True)
 
     def complete(self, meta: TxnMetadata, claimed: bool = False) -> bool:
@@ -101,11 +98,9 @@ class TxnCompleter:
             current = dataclasses.replace(meta)
         try:
             self._markers.write(current, commit)
-            crash_point("txn-markers-written")
             # Not fsynced: lost, it is redone from the Prepare state; the id's next transition is fsynced after it.
             self._state.persist(meta, current.transit(state=done, partitions=frozenset(),
                                                       last_update_ms=self._clock()), durable=False)
-            crash_point("txn-completed")
             return True
         except LogStoreError as exc:
             with self._state.lock:

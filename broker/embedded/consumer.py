@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from logstore.broker.embedded.membership import GroupMetadata, Membership, parse_strategies
+from logstore.broker.embedded.membership import Change, GroupMetadata, Membership, parse_strategies
 from logstore.broker.embedded.settings import CONSUMER_SETTINGS, parse_settings
 from logstore.errors import (
     InvalidGroupIdError,
@@ -27,6 +27,11 @@ from logstore.errors import (
     UnstableOffsetCommitError,
 )
 from logstore.read_committed import READ_COMMITTED, CommittedFilter
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.group_state import CommittedOffset
+    from logstore.broker.node import Node
+    from logstore.formats.kafka import Record
 
 TopicPartition = tuple[str, int]
 Callback = Callable[["Consumer", list[TopicPartition]], None]
@@ -41,12 +46,12 @@ class NoOffsetForPartitionError(LogStoreError):
 class Consumer:
     """Kafka's consumer over an embedded node: manual assignment or group subscription."""
 
-    def __init__(self, node, config: Mapping[str, Any] | None = None):
+    def __init__(self, node: Node, config: Mapping[str, Any] | None = None):
         self.settings = s = parse_settings(config, CONSUMER_SETTINGS, "consumer")
         self._node = node
         self._store = node.store
         self._groups = node.groups
-        self._group_id = s["group.id"]
+        self._group_id: str | None = s["group.id"]
         # Kafka's default client id, which the coordinator puts in front of the member ids it makes.
         self._client_id = s["client.id"] or f"consumer-{self._group_id or ''}-{next(_CLIENT_NUMBERS)}"
         self._committed_reads = s["isolation.level"] == READ_COMMITTED
@@ -54,7 +59,7 @@ class Consumer:
         self._assigned: list[TopicPartition] = []
         self._positions: dict[TopicPartition, int] = {}
         # Records read but not yet returned (max.poll.records), and the offset after the read.
-        self._buffered: dict[TopicPartition, tuple[list, int]] = {}
+        self._buffered: dict[TopicPartition, tuple[list[Record], int]] = {}
         # Partition counts of the subscribed topics at the last assignment: a change asks for a rebalance.
         self._assigned_counts: dict[str, int] = {}
         self._subscription: frozenset[str] | None = None
@@ -150,7 +155,7 @@ class Consumer:
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (None where none is)."""
         found = self._groups.fetch_offsets(self._need_group(), list(partitions), self._committed_reads)
-        out = {}
+        out: dict[TopicPartition, int | None] = {}
         for tp, value in found.items():
             if isinstance(value, LogStoreError):
                 raise value
@@ -177,7 +182,7 @@ class Consumer:
 
     def _init_positions(self, partitions: list[TopicPartition], deadline: float) -> None:
         """Start each partition at the group's committed offset, else where auto.offset.reset says."""
-        committed: dict = {}
+        committed: dict[TopicPartition, CommittedOffset | LogStoreError | None] = {}
         if self._group_id is not None:
             while True:
                 committed = self._groups.fetch_offsets(self._group_id, partitions, self._committed_reads)
@@ -202,7 +207,7 @@ class Consumer:
 
     # -- polling ---------------------------------------------------------------------------
 
-    def poll(self, timeout: float = 0.0) -> dict[TopicPartition, list]:
+    def poll(self, timeout: float = 0.0) -> dict[TopicPartition, list[Record]]:
         """Records from the assigned partitions, waiting up to `timeout` s for some; rebalances happen here."""
         self._check_open()
         deadline = time.monotonic() + timeout
@@ -210,9 +215,10 @@ class Consumer:
         node = self._node
         while True:
             seen = node.append_count
-            if self._member is not None:
-                self._maybe_auto_commit()
-                self._rebalance(deadline)
+            member = self._member
+            if member is not None:
+                self._maybe_auto_commit(member)
+                self._rebalance(member, deadline)
             records = self._fetch(deadline)
             left = deadline - time.monotonic()
             if records or left <= 0:
@@ -224,19 +230,20 @@ class Consumer:
         member = self._member
         return member is not None and not member.stable
 
-    def _fetch(self, deadline: float) -> dict[TopicPartition, list]:
+    def _fetch(self, deadline: float) -> dict[TopicPartition, list[Record]]:
         missing = [tp for tp in self._assigned if tp not in self._positions]
         if missing:
             self._init_positions(missing, deadline)
         budget = self.settings["max.poll.records"]
-        out: dict[TopicPartition, list] = {}
+        out: dict[TopicPartition, list[Record]] = {}
         if not self._assigned:
             return out
         start = next(self._rotation) % len(self._assigned)
         for tp in self._assigned[start:] + self._assigned[:start]:
             if budget <= 0:
                 break
-            records, end = self._buffered.pop(tp, None) or self._read(tp)
+            buffered = self._buffered.pop(tp, None)
+            records, end = buffered if buffered is not None else self._read(tp)
             if not records:
                 self._positions[tp] = end
                 continue
@@ -248,7 +255,7 @@ class Consumer:
             budget -= len(taken)
         return out
 
-    def _read(self, tp: TopicPartition) -> tuple[list, int]:
+    def _read(self, tp: TopicPartition) -> tuple[list[Record], int]:
         """What `tp` has from its position (up to max.partition.fetch.bytes), and the offset after it."""
         log_ = self._store.log(*tp)
         position = self._positions[tp]
@@ -263,8 +270,9 @@ class Consumer:
             return [], position
         fmt = log_.format
         buf = data.read()
-        keep = CommittedFilter(data.aborted_transactions).keep if self._committed_reads else None
-        records: list = []
+        aborted = data.aborted_transactions or []  # a list whenever the read is read_committed
+        keep = CommittedFilter(aborted).keep if self._committed_reads else None
+        records: list[Record] = []
         end = position
         for entry in fmt.iter_entries(buf):
             end = entry.last_offset + 1
@@ -281,8 +289,7 @@ class Consumer:
 
     # -- the group ---------------------------------------------------------------------------
 
-    def _rebalance(self, deadline: float) -> None:
-        member = self._member
+    def _rebalance(self, member: Membership, deadline: float) -> None:
         counts = self._subscribed_counts()
         if member.stable and counts != self._assigned_counts:
             member.rejoin_needed = True  # a subscribed topic appeared or grew: the leader must look again
@@ -303,38 +310,40 @@ class Consumer:
         topics = self._store.topics()
         return {t: topics[t] for t in sorted(self._subscription or ()) if t in topics}
 
-    def _apply(self, change) -> None:
+    def _apply(self, change: Change) -> None:
         if change.revoked:
             self._revoke(change.revoked)
         if change.lost:
             self._drop(change.lost)
             self._call("lost", change.lost)
         if change.done:
-            self._set_assignment(sorted(self._member.owned))
+            member = self._member
+            assert member is not None  # only a subscribed consumer rebalances
+            self._set_assignment(sorted(member.owned))
             self._node.wake()  # heartbeats are due from now on: the upkeep must schedule them
             self._call("assign", change.assigned)
 
-    def _revoke(self, partitions) -> None:
+    def _revoke(self, partitions: Collection[TopicPartition]) -> None:
         if self.settings["enable.auto.commit"]:
             self._commit_quietly({tp: self._positions[tp] for tp in partitions if tp in self._positions})
         self._call("revoke", partitions)
         self._drop(partitions)
 
-    def _drop(self, partitions) -> None:
+    def _drop(self, partitions: Collection[TopicPartition]) -> None:
         self._set_assignment([tp for tp in self._assigned if tp not in partitions])
 
-    def _call(self, which: str, partitions) -> None:
+    def _call(self, which: str, partitions: Iterable[TopicPartition]) -> None:
         callback = self._callbacks.get(which)
         if callback is not None:
             callback(self, sorted(partitions))
 
-    def _maybe_auto_commit(self) -> None:
+    def _maybe_auto_commit(self, member: Membership) -> None:
         if self.settings["enable.auto.commit"] and time.monotonic() >= self._next_auto_commit:
             self._next_auto_commit = time.monotonic() + self.settings["auto.commit.interval.ms"] / 1000
-            if self._member.stable:
+            if member.stable:
                 self._commit_quietly(None)
 
-    def _commit_quietly(self, offsets) -> None:
+    def _commit_quietly(self, offsets: Mapping[TopicPartition, int] | None) -> None:
         # Auto-commit failing (a rebalance began) is not the application's error: Kafka logs and goes on.
         try:
             self.commit(offsets)
@@ -397,5 +406,5 @@ class Consumer:
     def __enter__(self) -> Consumer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -18,9 +18,11 @@ from __future__ import annotations
 import enum
 import threading
 import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from logstore.assignors import CLIENT_ASSIGNORS, COOPERATIVE, MemberSubscription
 from logstore.broker.coordinator.consumer_protocol import (
@@ -31,6 +33,7 @@ from logstore.broker.coordinator.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
+from logstore.broker.coordinator.group_results import JoinResult, SyncResult
 from logstore.errors import (
     IllegalGenerationError,
     InvalidConfigError,
@@ -38,6 +41,9 @@ from logstore.errors import (
     RebalanceInProgressError,
     UnknownMemberIdError,
 )
+
+if TYPE_CHECKING:
+    from logstore.broker.coordinator.group import GroupCoordinator
 
 TopicPartition = tuple[str, int]
 PROTOCOL_TYPE = "consumer"
@@ -71,7 +77,7 @@ class Change:
 
 def parse_strategies(text: str) -> list[str]:
     """`partition.assignment.strategy`: Kafka protocol names (or Java class names) in preference order."""
-    names = []
+    names: list[str] = []
     for item in filter(None, (s.strip() for s in text.split(","))):
         name = _CLASS_NAMES.get(item.rsplit(".", 1)[-1], item.lower())
         if name not in CLIENT_ASSIGNORS:
@@ -90,8 +96,9 @@ _CLASS_NAMES = {"RangeAssignor": "range", "RoundRobinAssignor": "roundrobin", "S
 class Membership:
     """A member's id, generation and owned partitions, and the join or sync under way."""
 
-    def __init__(self, groups, group_id: str, instance_id: str | None, client_id: str, strategies: list[str],
-                 session_timeout_ms: int, rebalance_timeout_ms: int, heartbeat_interval_ms: int):
+    def __init__(self, groups: GroupCoordinator, group_id: str, instance_id: str | None, client_id: str,
+                 strategies: list[str], session_timeout_ms: int, rebalance_timeout_ms: int,
+                 heartbeat_interval_ms: int) -> None:
         self._groups = groups
         self.group_id = group_id
         self.instance_id = instance_id
@@ -108,7 +115,8 @@ class Membership:
         self.phase = _Phase.UNJOINED
         self.owned: frozenset[TopicPartition] = frozenset()
         self.rejoin_needed = True
-        self._future = None
+        # The join (JOINING) or the sync (SYNCING) under way.
+        self._future: Future[JoinResult] | Future[SyncResult] | None = None
         self._topics: frozenset[str] = frozenset()
         self.next_heartbeat_ms = 0
         # What a heartbeat found lost (the coordinator forgot the member), for the next step to report.
@@ -151,6 +159,7 @@ class Membership:
                     self._start_join()
                     continue
                 future = self._future
+            assert future is not None  # JOINING and SYNCING each set theirs
             try:
                 value = future.result(max(deadline - time.monotonic(), 0))
             except FutureTimeout:
@@ -169,8 +178,10 @@ class Membership:
                     self.rejoin_needed = True
                 continue
             if phase is _Phase.JOINING:
+                assert isinstance(value, JoinResult)
                 self._joined(value, counts)
             else:
+                assert isinstance(value, SyncResult)
                 return self._synced(value)
 
     def _start_join(self) -> None:
@@ -182,9 +193,10 @@ class Membership:
             self.group_id, self.member_id, self.instance_id, self.client_id, "embedded", self.session_timeout_ms,
             self.rebalance_timeout_ms, PROTOCOL_TYPE, [(name, metadata) for name in self.strategies])
 
-    def _joined(self, result, counts: dict[str, int]) -> None:
-        assignments = {}
+    def _joined(self, result: JoinResult, counts: dict[str, int]) -> None:
+        assignments: dict[str, bytes] = {}
         if result.members:
+            assert result.protocol_name is not None  # the coordinator names the protocol it chose to the leader
             assignments = self._assign(result.protocol_name, result.members, counts)
         with self.lock:
             self.member_id = result.member_id
@@ -194,9 +206,10 @@ class Membership:
                                                    self.instance_id, assignments, PROTOCOL_TYPE,
                                                    result.protocol_name)
 
-    def _assign(self, protocol: str, members, counts: dict[str, int]) -> dict[str, bytes]:
+    def _assign(self, protocol: str, members: Sequence[tuple[str, str | None, bytes]],
+                counts: dict[str, int]) -> dict[str, bytes]:
         """The leader's job: every member's assignment, by the assignor the group chose."""
-        subscriptions = {}
+        subscriptions: dict[str, MemberSubscription] = {}
         for member_id, _, metadata in members:
             sub = decode_subscription(metadata)
             owned = frozenset((t, p) for t, ps in sub.owned_partitions for p in ps)
@@ -205,7 +218,7 @@ class Membership:
         chosen = CLIENT_ASSIGNORS[protocol](subscriptions, {t: n for t, n in counts.items() if t in wanted})
         return {m: encode_assignment(Assignment(_by_topic(chosen.get(m, frozenset())))) for m in subscriptions}
 
-    def _synced(self, result) -> Change:
+    def _synced(self, result: SyncResult) -> Change:
         new = frozenset((t, p) for t, ps in decode_assignment(result.assignment).partitions for p in ps)
         with self.lock:
             owned = self.owned
@@ -276,7 +289,7 @@ class Membership:
             self._groups.leave_group(self.group_id, [(member_id, None)])
 
 
-def _by_topic(partitions) -> tuple[tuple[str, tuple[int, ...]], ...]:
+def _by_topic(partitions: Iterable[TopicPartition]) -> tuple[tuple[str, tuple[int, ...]], ...]:
     by_topic: dict[str, list[int]] = {}
     for topic, p in sorted(partitions):
         by_topic.setdefault(topic, []).append(p)

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import random
 import struct
+from typing import TYPE_CHECKING
 
 from logstore.errors import UnknownTopicOrPartitionError
+
+if TYPE_CHECKING:
+    from logstore.manager import LogManager
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -51,7 +55,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 class Partitioner:
     """Partition counts cached from the store (refreshed when its topics change), and the sticky choice."""
 
-    def __init__(self, store, auto_create: bool, default_partitions: int):
+    def __init__(self, store: LogManager, auto_create: bool, default_partitions: int):
         self._store = store
         self._auto_create = auto_create
         self._default_partitions = default_partitions

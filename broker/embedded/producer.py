@@ -20,8 +20,8 @@ import enum
 import itertools
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, TypeVarTuple
 
 from logstore.broker.embedded.partitioner import Partitioner
 from logstore.broker.embedded.settings import PRODUCER_SETTINGS, parse_settings
@@ -34,12 +34,24 @@ from logstore.errors import (
 )
 from logstore.native.compression import CODEC_IDS
 
+if TYPE_CHECKING:
+    from concurrent.futures import Future
+
+    from logstore.broker.embedded.membership import GroupMetadata
+    from logstore.broker.node import Node
+    from logstore.formats.kafka import BatchBuilder
+    from logstore.formats.protocol import LogFormat
+
 TopicPartition = tuple[str, int]
 # How long a coordinator call answered CONCURRENT_TRANSACTIONS waits before it is tried again (retry.backoff.ms).
 RETRY_BACKOFF_S = 0.02
 MAX_BLOCK_S = 60.0                  # max.block.ms: how long init/commit keep retrying
 _CLIENT_NUMBERS = itertools.count(1)
 _FATAL = (ProducerFencedError, InvalidProducerEpochError, InvalidProducerIdMappingError)
+# A record's headers: (key, value) pairs, as the batch builder takes them.
+Headers = Sequence[tuple[str | bytes, bytes | None]]
+_T = TypeVar("_T")
+_Ts = TypeVarTuple("_Ts")
 
 
 class IllegalStateError(RuntimeError):
@@ -73,7 +85,7 @@ class _Batch:
 
     __slots__ = ("tp", "builder", "created", "done", "base_offset", "append_time", "error", "callbacks", "lock")
 
-    def __init__(self, tp: TopicPartition, builder, created: float):
+    def __init__(self, tp: TopicPartition, builder: BatchBuilder, created: float):
         self.tp = tp
         self.builder = builder
         self.created = created
@@ -81,7 +93,7 @@ class _Batch:
         self.base_offset = -1
         self.append_time = -1
         self.error: BaseException | None = None
-        self.callbacks: list | None = []
+        self.callbacks: list[Callable[[], object]] | None = []  # None once done
         self.lock = threading.Lock()
 
     def finish(self, error: BaseException | None) -> None:
@@ -92,13 +104,13 @@ class _Batch:
             self.error = error
             self.done.set()
             callbacks, self.callbacks = self.callbacks, None
-        for callback in callbacks:
+        for callback in callbacks or ():
             callback()
 
-    def when_done(self, callback) -> None:
+    def when_done(self, callback: Callable[[], object]) -> None:
         """Call `callback()` once the batch is settled (at once if it is)."""
         with self.lock:
-            if not self.done.is_set():
+            if not self.done.is_set() and self.callbacks is not None:
                 self.callbacks.append(callback)
                 return
         callback()
@@ -136,7 +148,7 @@ class RecordFuture:
             return exc
         return None
 
-    def add_done_callback(self, fn) -> None:
+    def add_done_callback(self, fn: Callable[[RecordFuture], object]) -> None:
         """Call `fn(future)` once settled (at once if it is)."""
         self._batch.when_done(lambda: fn(self))
 
@@ -144,13 +156,13 @@ class RecordFuture:
 class Producer:
     """Kafka's producer over an embedded node: idempotent by default, transactional with `transactional.id`."""
 
-    def __init__(self, node, config: Mapping[str, Any] | None = None):
+    def __init__(self, node: Node, config: Mapping[str, Any] | None = None):
         self.settings = parse_settings(config, PRODUCER_SETTINGS, "producer")
         s = self.settings
         self._node = node
         self._store = node.store
         self._txns = node.transactions
-        self._transactional_id = s["transactional.id"]
+        self._transactional_id: str | None = s["transactional.id"]
         if self._transactional_id is not None and not s["enable.idempotence"]:
             raise IllegalStateError("transactional.id needs enable.idempotence=true")
         self._idempotent = s["enable.idempotence"]
@@ -185,7 +197,7 @@ class Producer:
 
     def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
              partition: int | None = None, timestamp: int | None = None,
-             headers=None) -> RecordFuture:
+             headers: Headers | None = None) -> RecordFuture:
         """Queue a record; the future settles once its batch is written (see the module doc)."""
         with self._lock:
             state = self._state
@@ -213,6 +225,7 @@ class Producer:
         if state is _State.IN_TRANSACTION or (state is _State.READY and self._transactional_id is None):
             return
         if state is _State.FATAL:
+            assert self._error is not None  # set with FATAL
             raise self._error
         if state is _State.ABORTABLE:
             raise IllegalStateError(f"abort_transaction() first: the transaction failed: {self._error}") \
@@ -231,10 +244,10 @@ class Producer:
             self._unsettled.add(batch)
         return batch
 
-    def _tp_format(self, tp: TopicPartition):
+    def _tp_format(self, tp: TopicPartition) -> LogFormat:
         return self._store.log(*tp).format
 
-    def _write(self, tps) -> None:
+    def _write(self, tps: Iterable[TopicPartition]) -> None:
         """Append the open batches of `tps` (under the lock)."""
         batches = [self._open.pop(tp) for tp in tps if tp in self._open]
         if not batches:
@@ -277,8 +290,9 @@ class Producer:
         batch.base_offset = result.first_offset
         batch.append_time = result.log_append_time
         if self._wait_fsync:
-            log_.durable(result.last_offset + 1).add_done_callback(
-                lambda f, b=batch: self._settle(b, f.exception()))
+            def settle(durable: Future[int]) -> None:
+                self._settle(batch, durable.exception())
+            log_.durable(result.last_offset + 1).add_done_callback(settle)
         else:
             self._settle(batch, None)
 
@@ -326,16 +340,23 @@ class Producer:
 
     # -- transactions ------------------------------------------------------------------------
 
-    def _coordinator(self, call, *args):
+    def _coordinator(self, call: Callable[[str, int, int, *_Ts], _T], *args: *_Ts) -> _T:
         """A transaction coordinator call for this producer, retried while the id is changing state."""
+        transactional_id = self._txn_id
         deadline = time.monotonic() + MAX_BLOCK_S
         while True:
             try:
-                return call(self._transactional_id, self.producer_id, self.producer_epoch, *args)
+                return call(transactional_id, self.producer_id, self.producer_epoch, *args)
             except ConcurrentTransactionsError:
                 if time.monotonic() >= deadline:
                     raise
                 time.sleep(RETRY_BACKOFF_S)
+
+    @property
+    def _txn_id(self) -> str:
+        """The transactional id, for the calls only a transactional producer reaches."""
+        assert self._transactional_id is not None  # begin_transaction and init_transactions check
+        return self._transactional_id
 
     def init_transactions(self) -> None:
         """Get this transactional id's producer id and a new epoch, fencing every older instance."""
@@ -369,7 +390,8 @@ class Producer:
             self._in_txn.clear()
             self._txn_on_coordinator = False
 
-    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group_metadata) -> None:
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int],
+                                    group_metadata: GroupMetadata) -> None:
         """Commit the consumer's offsets in this transaction (they apply only if it commits)."""
         with self._lock:
             if self._state is not _State.IN_TRANSACTION:
@@ -380,7 +402,7 @@ class Producer:
                 self._coordinator(self._txns.add_offsets, group_metadata.group_id)
                 self._txn_on_coordinator = True
                 errors = groups.commit_txn_offsets(
-                    self._transactional_id, group_metadata.group_id, self.producer_id, self.producer_epoch,
+                    self._txn_id, group_metadata.group_id, self.producer_id, self.producer_epoch,
                     group_metadata.member_id, group_metadata.group_instance_id, group_metadata.generation_id,
                     {tp: (offset, -1, "") for tp, offset in offsets.items()})
                 failed = next((e for e in errors.values() if e is not None), None)
@@ -448,5 +470,5 @@ class Producer:
     def __enter__(self) -> Producer:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -13,7 +13,7 @@ from logstore.errors import InvalidConfigError
 from logstore.native.compression import CODEC_IDS
 
 # name -> (default, parser, allowed values or None)
-PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {
+PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset[str] | None]] = {
     "client.id": ("", str, None),
     "transactional.id": (None, str, None),
     "enable.idempotence": (True, bool, None),
@@ -24,7 +24,7 @@ PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {
     "transaction.timeout.ms": (60_000, int, None),
 }
 
-CONSUMER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {
+CONSUMER_SETTINGS: dict[str, tuple[Any, type, frozenset[str] | None]] = {
     "client.id": ("", str, None),
     "group.id": (None, str, None),
     "group.instance.id": (None, str, None),
@@ -42,7 +42,7 @@ CONSUMER_SETTINGS: dict[str, tuple[Any, type, frozenset | None]] = {
 }
 
 
-def parse_settings(given: Mapping[str, Any] | None, known: Mapping[str, tuple[Any, type, frozenset | None]],
+def parse_settings(given: Mapping[str, Any] | None, known: Mapping[str, tuple[Any, type, frozenset[str] | None]],
                    what: str) -> dict[str, Any]:
     """Defaults overridden by `given`; unknown names and values outside a setting's choices are refused."""
     settings = {name: default for name, (default, _, _) in known.items()}

@@ -57,7 +57,7 @@ class BrokerProcess:
     proc: subprocess.Popen | None = None
     starts: int = 0
     env: dict[str, str] = field(default_factory=dict)
-    """Extra environment of the next start (e.g. LOGSTORE_CRASH_AT, the coordinator's crash switch)."""
+    """Extra environment of the next start."""
     launcher: tuple[str, ...] = ()
     """Instead of `logstore broker`, the next start runs this script and its arguments, which take the
     overrides as KEY=VALUE (e.g. crashing_broker.py and its crash point)."""
@@ -132,7 +132,7 @@ class BrokerProcess:
         self.proc.stdout.close()
 
     def wait_killed(self, timeout: float) -> None:
-        """Wait up to `timeout` s for the broker to die of SIGKILL (its crash switch), as it must."""
+        """Wait up to `timeout` s for the broker to die of SIGKILL at its crash point, as it must."""
         assert self.proc is not None
         try:
             status = self.proc.wait(timeout)

@@ -2,12 +2,13 @@
 
     python crashing_broker.py POINT KEY=VALUE ...
 
-POINT is one of `fault_fs.NAMED_POINTS` (a cleaner swap step, `name` or
-`name:N` for the N-th time), armed on a `FaultFileSystem` that the store
-writes through; when the point is reached, what was never synced is dropped
-from the disk and the process SIGKILLs itself, as a power cut stops a
-machine. The `KEY=VALUE` items are the broker's `--override`s. Until then it
-is `logstore broker`: same ready line, same exit status.
+POINT is `name` or `name:N` (the N-th time), a cleaner swap step of
+`fault_fs.NAMED_POINTS` or a step of the transaction coordinator of
+`txn_points.TXN_POINTS`, armed on a `FaultFileSystem` that the store writes
+through; when the point is reached, what was never synced is dropped from
+the disk and the process SIGKILLs itself, as a power cut stops a machine.
+The `KEY=VALUE` items are the broker's `--override`s. Until then it is
+`logstore broker`: same ready line, same exit status.
 """
 from __future__ import annotations
 

@@ -466,7 +466,7 @@ class CopierFleet:
         try:
             description = self._admin.describe_consumer_groups([self.group])[self.group].result(10)
         except (KafkaException, TimeoutError):
-            # The broker is restarting, or its crash switch fired and it waits to be revived between asks.
+            # The broker is restarting, or its crash point fired and it waits to be revived between asks.
             return False
         members = {m.member_id for m in description.members}
         return description.state == ConsumerGroupState.STABLE and self.member[slot] not in members

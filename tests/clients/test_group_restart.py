@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 TOPIC = "restart"
@@ -68,8 +68,10 @@ def commit(member: Member, offset: int) -> None:
             member.consumer.commit(offsets=offsets, asynchronous=False)
             return
         except KafkaException as exc:
-            # The coordinator restarting: the client looks it up again and the commit is retried.
-            if not exc.args[0].retriable() or time.monotonic() > deadline:
+            # The coordinator restarting: the client looks it up again and the commit is retried
+            # (librdkafka answers _WAIT_COORD, not flagged retriable, while that lookup is under way).
+            error = exc.args[0]
+            if not (error.retriable() or error.code() == KafkaError._WAIT_COORD) or time.monotonic() > deadline:
                 raise
 
 

@@ -1,8 +1,11 @@
 """A broker killed in the middle of a transaction ends it, on restart, the way it was decided.
 
-The coordinator's test-only crash switch (LOGSTORE_CRASH_AT) SIGKILLs the
-broker at each step of EndTxn: PrepareCommit/PrepareAbort persisted, some of
-the markers written, all markers written, Complete written. A confluent-kafka
+The broker runs on a file system that loses power at each step of EndTxn
+(crashing_broker.py with a point of tests/storage/txn_points.py): right after
+PrepareCommit/PrepareAbort is durable, before one of the markers is, right
+after all markers are, and once Complete is written (at the next boundary:
+Complete is not fsynced, so the successor's InitProducerId meets the cut).
+What was never synced is lost, then the broker dies. A confluent-kafka
 producer drives the transaction; its end call times out when the broker dies
 and, called again after the restart, gets the decision (librdkafka's "retry
 call to resume"). Then the records read back, the offsets, the partition
@@ -16,6 +19,7 @@ that abort.
 from __future__ import annotations
 
 from itertools import groupby
+from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
@@ -28,6 +32,7 @@ END_TIMEOUT = 0.5    # s: the EndTxn call that meets the crash (librdkafka goes 
 PARTITIONS = 3
 BROKER = ("transaction.state.log.num.partitions=5",)
 CLIENT = {"reconnect.backoff.ms": 20, "reconnect.backoff.max.ms": 200, "retry.backoff.ms": 20}
+CRASHING_BROKER = str(Path(__file__).with_name("crashing_broker.py"))
 
 
 def create_topic(broker, topic: str) -> None:
@@ -63,9 +68,14 @@ def commit_one_each(p: Producer, topic: str, tag: str) -> dict[int, bytes]:
     return values
 
 
+def arm(broker, point: str) -> None:
+    """The broker's next start runs on a file system that loses power at `point` (`name` or `name:N`)."""
+    broker.launcher = (CRASHING_BROKER, point)
+
+
 def restart(broker) -> None:
-    """Start the broker again on its directory and port, the crash switch off."""
-    broker.env.clear()
+    """Start the broker again on its directory and port, on the real file system."""
+    broker.launcher = ()
     broker.start()
 
 
@@ -135,6 +145,7 @@ CRASHES = [
     pytest.param("txn-prepared", True, None, id="commit-after-prepare"),
     pytest.param("txn-marker:2", True, None, id="commit-after-2-of-3-markers"),
     pytest.param("txn-markers-written", True, None, id="commit-after-all-markers"),
+    # EndTxn is answered; the successor's InitProducerId is the next boundary, and Complete is lost.
     pytest.param("txn-completed", True, None, id="commit-after-complete"),
     pytest.param("txn-prepared", False, None, id="abort-after-prepare"),
     pytest.param("txn-marker:2", False, None, id="abort-after-2-of-3-markers"),
@@ -147,26 +158,38 @@ CRASHES = [
 def test_a_restart_ends_the_transaction_the_way_it_was_decided(start_broker, topic, crash_at, commit, again):
     broker = start_broker(*BROKER)
     broker.stop()
-    broker.env["LOGSTORE_CRASH_AT"] = crash_at
+    arm(broker, crash_at)
     broker.start()
     create_topic(broker, topic)
     transactional_id = f"{topic}-id"
     p = txn_producer(broker, transactional_id)
     values = produce_txn(p, topic, "txn")
     end = p.commit_transaction if commit else p.abort_transaction
-    with pytest.raises(KafkaException) as failed:
-        end(END_TIMEOUT)
+    successor = None
+    if crash_at.startswith("txn-completed"):
+        end(TIMEOUT)   # answered: Complete is in the page cache, and nothing crossed a boundary since
+        successor = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id,
+                              **CLIENT})
+        with pytest.raises(KafkaException) as failed:
+            successor.init_transactions(END_TIMEOUT)
+    else:
+        with pytest.raises(KafkaException) as failed:
+            end(END_TIMEOUT)
     assert failed.value.args[0].retriable(), failed.value
     broker.wait_killed(TIMEOUT)
     if again:
-        broker.env["LOGSTORE_CRASH_AT"] = again
+        arm(broker, again)
         broker.start()
         broker.wait_killed(TIMEOUT)
 
     restart(broker)
-    end(TIMEOUT)  # the same call again: the coordinator answers with what it finished on restart
-    assert_stable(broker, topic)
-    successor = txn_producer(broker, transactional_id)
+    if successor is None:
+        end(TIMEOUT)  # the same call again: the coordinator answers with what it finished on restart
+        assert_stable(broker, topic)
+        successor = txn_producer(broker, transactional_id)
+    else:
+        successor.init_transactions(TIMEOUT)  # the same call again, once the restart has redone the markers
+        assert_stable(broker, topic)
     after = commit_one_each(successor, topic, "successor")
     committed = read_until(broker.bootstrap, topic, after, "read_committed")
     uncommitted = read_until(broker.bootstrap, topic, after, "read_uncommitted")
@@ -206,7 +229,7 @@ def test_an_open_transaction_left_by_a_crash_ends_aborted(start_broker, topic, e
     else:
         # Stopped within the timeout, the transaction is still open when the armed broker starts.
         broker.stop()
-        broker.env["LOGSTORE_CRASH_AT"] = crash_at
+        arm(broker, crash_at)
         broker.start()
         if ended_by == "next-init":
             successor = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id,

@@ -6,19 +6,41 @@ in group `copier`, and per poll writes one `out` record per input record
 transaction. Prints `started`, `midway` once the first partition's copies of
 a transaction are written, `committed <records>` after each commit, and
 `done` once every input record is copied. The test SIGKILLs it at any
-moment, or arms the coordinator's crash switch (LOGSTORE_CRASH_AT).
+moment, or names a step of the transaction coordinator (a point of
+tests/storage/txn_points.py, `name` or `name:N`): the node then writes
+through a file system that loses power there, dropping what was never
+synced, and the process SIGKILLs itself.
 """
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from logstore.broker import embedded
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
+
+from fault_fs import FaultFileSystem  # noqa: E402 (found through the path set just above)
+from logstore.broker import embedded  # noqa: E402
+from logstore.broker.config import BrokerConfig  # noqa: E402
+from logstore.broker.node import Node  # noqa: E402
 
 INPUT, OUTPUT, GROUP, TXN_ID = "in", "out", "copier", "copier-tx"
+SETTINGS = {"group.initial.rebalance.delay.ms": 0}
 
 
-def main(data_dir: str, max_poll_records: int) -> None:
-    node = embedded.open(data_dir, {"group.initial.rebalance.delay.ms": 0})
+def open_node(data_dir: str, crash_at: str | None) -> Node:
+    """`embedded.open`, on a file system that loses power at `crash_at` if one is named."""
+    if crash_at is None:
+        return embedded.open(data_dir, SETTINGS)
+    fs = FaultFileSystem(kill_on_power_loss=True)
+    fs.crash_at_named(crash_at)
+    # What embedded.open does, which takes no file system.
+    node = Node(BrokerConfig.from_properties({**SETTINGS, "log.dirs": data_dir}), fs=fs)
+    embedded._forget_members_of_earlier_processes(node)
+    return node.start()
+
+
+def main(data_dir: str, max_poll_records: int, crash_at: str | None = None) -> None:
+    node = open_node(data_dir, crash_at)
     producer = embedded.Producer(node, {"transactional.id": TXN_ID, "linger.ms": 0})
     producer.init_transactions()
     consumer = embedded.Consumer(node, {"group.id": GROUP, "isolation.level": "read_committed",
@@ -54,4 +76,4 @@ def main(data_dir: str, max_poll_records: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]))
+    main(sys.argv[1], int(sys.argv[2]), *sys.argv[3:])

@@ -37,8 +37,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from logstore.filesystem import OsFileSystem
+from txn_points import TXN_POINTS
 
-__all__ = ["Boundary", "FaultFileSystem", "NAMED_POINTS", "SimulatedPowerLoss"]
+__all__ = ["Boundary", "FaultFileSystem", "NAMED_POINTS", "SimulatedPowerLoss", "TXN_POINTS"]
 
 _STASH = ".fault-stash-"
 
@@ -96,8 +97,9 @@ class _Rule:
         return True
 
 
-# The named points of the old crash switch (LOGSTORE_CRASH_AT=name[:N]) as boundaries:
-# (op, pattern, after, then). N counts matches of the pattern.
+# The cleaner's named points (the old crash switch's names, `name` or `name:N`) as boundaries:
+# (op, pattern, after, then). N counts matches of the pattern. The transaction coordinator's are
+# txn_points.TXN_POINTS: they recognise the records an fsync makes durable.
 NAMED_POINTS: dict[str, tuple[str, str, bool, str | None]] = {
     # The cleaned segment is flushed; its `.cleaned` → `.swap` rename has not happened.
     "cleaner-cleaned-written": ("rename", "*.log.cleaned -> *", False, None),
@@ -142,7 +144,9 @@ class FaultFileSystem(OsFileSystem):
     Task-safe (one lock around the bookkeeping); numbering is deterministic only for one thread.
     """
 
-    def __init__(self, *, kill_on_power_loss: bool = False):
+    def __init__(self, *, kill_on_power_loss: bool = False, real_syncs: bool = True):
+        """`real_syncs=False` skips the OS's fsyncs: what a crash keeps is this model's either way, and a
+        sweep crossing thousands of boundaries then does not wait for the disk."""
         self._lock = threading.RLock()
         self._files: dict[tuple[int, int], _File] = {}
         self._fds: dict[int, tuple[int, int]] = {}
@@ -152,6 +156,7 @@ class FaultFileSystem(OsFileSystem):
         self._rules: list[_Rule] = []
         self._gone = 0
         self._kill = kill_on_power_loss
+        self._real_syncs = real_syncs
         self.boundaries: list[Boundary] = []
         self.dead = False
 
@@ -164,10 +169,30 @@ class FaultFileSystem(OsFileSystem):
         self._rules.append(_Rule(op, pattern, nth, "crash", where, after, then))
 
     def crash_at_named(self, spec: str) -> None:
-        """Cut the power at a named point of the old switch, `name` or `name:N` (see NAMED_POINTS)."""
+        """Cut the power at a named point of the old switch, `name` or `name:N` (see NAMED_POINTS and TXN_POINTS)."""
         name, _, nth = spec.partition(":")
+        if name in TXN_POINTS:
+            # Its predicate counts the records it recognises itself: the rule fires at its first match.
+            op, pattern, after, where = TXN_POINTS[name](int(nth or 1), self)
+            self.crash_at(1, op, pattern, after=after, where=where)
+            return
         op, pattern, after, then = NAMED_POINTS[name]
         self.crash_at(int(nth or 1), op, pattern, after=after, then=then)
+
+    def unsynced(self, pattern: str) -> list[tuple[str, int, int]]:
+        """(path, synced length, length now) of each file matching `pattern` holding bytes a crash would drop."""
+        found = []
+        with self._lock:
+            for f in self._files.values():
+                if f.key[0] < 0 or not fnmatch.fnmatchcase(f.path, pattern):
+                    continue
+                try:
+                    st = os.stat(f.path)
+                except FileNotFoundError:
+                    continue
+                if _key(st) == f.key and st.st_size > f.synced:
+                    found.append((f.path, f.synced, st.st_size))
+        return found
 
     def fail_at(self, nth: int, op: str | None = None, pattern: str | None = None, *,
                 error: int = errnos.EIO) -> None:
@@ -193,6 +218,10 @@ class FaultFileSystem(OsFileSystem):
 
     def _alive(self) -> None:
         if self.dead:
+            if self._kill:
+                # The process SIGKILLs itself once the cut is on disk: a thread that gets here meanwhile
+                # waits for that, so nothing (an error logged, a reply sent) happens after the cut.
+                threading.Event().wait()
             raise SimulatedPowerLoss("the power is off")
 
     def _power_off(self) -> None:
@@ -283,39 +312,43 @@ class FaultFileSystem(OsFileSystem):
         if position < f.synced:
             self._keep_image(f)
 
+    # Writes happen under the lock: a crash in another thread then never meets one half done (a file
+    # length mid-batch), nor one landing after it restored the file.
+
     def pwrite(self, fd: int, data, position: int) -> int:
         """os.pwrite; bytes below the synced length are kept aside first."""
         with self._lock:
             self._alive()
             self._before_write(fd, position)
-        return os.pwrite(fd, data, position)
+            return os.pwrite(fd, data, position)
 
     def write(self, fd: int, data) -> int:
         """os.write at the descriptor's offset."""
         with self._lock:
             self._alive()
             self._before_write(fd, os.lseek(fd, 0, os.SEEK_CUR))
-        return os.write(fd, data)
+            return os.write(fd, data)
 
     def truncate(self, fd: int, size: int) -> None:
         """os.ftruncate; cutting into the synced bytes keeps them aside first."""
         with self._lock:
             self._alive()
             self._before_write(fd, size)
-        os.ftruncate(fd, size)
+            os.ftruncate(fd, size)
 
     def _sync(self, fd: int, sync) -> None:
         with self._lock:
             f = self._tracked(fd)
             power_goes = self._boundary("fsync", f.path, span=(f.synced, os.fstat(fd).st_size))
-            sync(fd)
+            if self._real_syncs:
+                sync(fd)
             f.synced = os.fstat(fd).st_size
             f.image = None
             if f.mapped:
                 # Writes through the map cannot be seen: what is on disk now is the image.
                 f.image = os.pread(fd, f.synced, 0)
-        if power_goes:
-            self._power_off()
+            if power_goes:   # still under the lock: no other thread's operation lands after the cut
+                self._power_off()
 
     def fsync(self, fd: int) -> None:
         """os.fsync: the file's content and length become what a crash keeps."""
@@ -355,8 +388,8 @@ class FaultFileSystem(OsFileSystem):
                 self._keep_image(self._file(_key(replaced), dst, replaced.st_size))
                 self._retire(_key(replaced))
             os.replace(src, dst)
-        if power_goes:
-            self._power_off()
+            if power_goes:
+                self._power_off()
 
     def unlink(self, path: str) -> None:
         """os.unlink; the synced content is kept while the unlink is not durable."""
@@ -401,10 +434,11 @@ class FaultFileSystem(OsFileSystem):
         with self._lock:
             path = os.path.abspath(path)
             power_goes = self._boundary("fsync_dir", path)
-            super().fsync_dir(path)
+            if self._real_syncs:
+                super().fsync_dir(path)
             self._dirs[path] = _entries(path)
-        if power_goes:
-            self._power_off()
+            if power_goes:
+                self._power_off()
 
     # -- reads (refused once the power is off) ----------------------------------------------
 

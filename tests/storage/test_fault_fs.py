@@ -10,6 +10,10 @@ from pathlib import Path
 import pytest
 
 from fault_fs import FaultFileSystem, SimulatedPowerLoss
+from logstore.broker.coordinator.txn_log import TxnLogValue, TxnState, decode_value, encode_key, encode_value
+from logstore.formats import DEFAULT_FORMAT
+from logstore.log import Log
+from txn_points import markers
 
 HERE = Path(__file__).parent
 FLAGS = os.O_RDWR | os.O_CREAT
@@ -301,3 +305,76 @@ def test_a_crash_rule_can_look_at_the_bytes_an_fsync_makes_durable(tmp_path):
             fs.fsync(fd)
     fs.crash()
     assert Path(path).read_bytes() == b"data1|data2|"
+
+
+def _end_a_transaction(fs: FaultFileSystem, d: Path) -> None:
+    """The coordinator's writes for one committed transaction over orders-0 and orders-1 (producer 9), then
+    the next thing made durable: another producer's record."""
+    names = ("__transaction_state-0", "orders-0", "orders-1")
+    for name in names:
+        (d / name).mkdir(exist_ok=True)   # as the store makes them: durable before any segment
+    logs = {name: Log.open(str(d / name), fs=fs) for name in names}
+    partitions = frozenset({("orders", 0), ("orders", 1)})
+
+    def transition(state: TxnState, durable: bool = True) -> None:
+        value = TxnLogValue(9, 0, 60_000, state, frozenset() if state == TxnState.COMPLETE_COMMIT else partitions)
+        logs["__transaction_state-0"].append_records([encode_value(value)], keys=[encode_key("tx")],
+                                                     durable=durable)
+
+    transition(TxnState.ONGOING)
+    for name in ("orders-0", "orders-1"):
+        logs[name].append_records([b"v"], producer_id=9, producer_epoch=0, base_sequence=0, transactional=True,
+                                  durable=True)
+    transition(TxnState.PREPARE_COMMIT)
+    for name in ("orders-0", "orders-1"):
+        logs[name].write_txn_marker(9, 0, 0, commit=True, durable=True)
+    transition(TxnState.COMPLETE_COMMIT, durable=False)
+    logs["orders-1"].append_records([b"later"], durable=True)
+
+
+def _what_survived(d: Path) -> tuple[list[str], list[str], list[str]]:
+    """The states in __transaction_state-0, and each batch of orders-0 and orders-1 (`data`/`COMMIT`/`plain`)."""
+    found = []
+    for name in ("__transaction_state-0", "orders-0", "orders-1"):
+        opened = Log.open(str(d / name))
+        try:
+            if name.startswith("__"):
+                found.append([decode_value(r.value).state.kafka_name for r in opened.iter_records()])
+                continue
+            found.append([DEFAULT_FORMAT.read_marker(opened.read(e.base_offset).read(), 0).type_name
+                          if e.is_control else "data" if e.is_transactional else "plain"
+                          for e, _ in opened.iter_batches(0)])
+        finally:
+            opened.close()
+    return found[0], found[1], found[2]
+
+
+@pytest.mark.parametrize("point, cut, states, orders0, orders1", [
+    # cut: the partition of the last boundary and the markers it made durable (or would have)
+    ("txn-prepared", ("__transaction_state-0", 0), ["Ongoing", "PrepareCommit"], ["data"], ["data"]),
+    ("txn-marker:1", ("orders-0", 1), ["Ongoing", "PrepareCommit"], ["data"], ["data"]),
+    ("txn-marker:2", ("orders-1", 1), ["Ongoing", "PrepareCommit"], ["data", "COMMIT"], ["data"]),
+    ("txn-markers-written", ("orders-1", 1), ["Ongoing", "PrepareCommit"], ["data", "COMMIT"], ["data", "COMMIT"]),
+    # Complete reached the page cache only: the cut at the next boundary (the later record's fsync) loses it.
+    ("txn-completed", ("orders-1", 0), ["Ongoing", "PrepareCommit"], ["data", "COMMIT"], ["data", "COMMIT"]),
+])
+@pytest.mark.parametrize("durable_metadata", [False, True])
+def test_the_transaction_points_cut_where_the_coordinators_steps_were(tmp_path, point, cut, states, orders0, orders1,
+                                                                      durable_metadata):
+    fs = FaultFileSystem()
+    fs.crash_at_named(point)
+    with pytest.raises(SimulatedPowerLoss):
+        _end_a_transaction(fs, tmp_path)
+    last = fs.boundaries[-1]
+    assert (Path(last.path).parent.name, sum(1 for _ in markers(last.path, last.synced_from, last.synced_to))) == cut
+    fs.crash(durable_metadata=durable_metadata)
+    assert _what_survived(tmp_path) == (states, orders0, orders1)
+
+
+def test_without_a_cut_the_transaction_points_leave_everything(tmp_path):
+    fs = FaultFileSystem()
+    fs.crash_at_named("txn-marker:3")
+    _end_a_transaction(fs, tmp_path)
+    fs.crash()
+    # Complete is never fsynced here: any power cut loses it (a restart redoes the markers, then writes it).
+    assert _what_survived(tmp_path) == (["Ongoing", "PrepareCommit"], ["data", "COMMIT"], ["data", "COMMIT", "plain"])
