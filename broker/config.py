@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from logstore.broker.acceptor import ConnectionSettingError, check_connection_settings
 from logstore.broker.config_sources import (
     SINGLE_NODE_NAMES,
     ConfigEntry,
@@ -70,6 +71,11 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "delete.topic.enable": (True, bool),
     "socket.request.max.bytes": (104_857_600, int),
     "connections.max.idle.ms": (600_000, int),
+    # Requests read whose handlers still work, broker-wide (Kafka's request queue); reading stops at it.
+    "queued.max.requests": (500, int),
+    "max.connections": (2_147_483_647, int),
+    "max.connections.per.ip": (2_147_483_647, int),
+    "max.connections.per.ip.overrides": ("", str),
     "transaction.max.timeout.ms": (900_000, int),
     "transaction.state.log.num.partitions": (50, int),
     "transaction.state.log.segment.bytes": (104_857_600, int),
@@ -122,6 +128,7 @@ AT_LEAST = {
     "offsets.topic.segment.bytes": 1, "offsets.retention.minutes": 1, "offsets.retention.check.interval.ms": 1,
     "group.max.size": 1, "group.consumer.max.size": 1, "log.retention.check.interval.ms": 1,
     "num.recovery.threads.per.data.dir": 1, "log.cleaner.threads": 0, "logstore.max.replication.factor": 1,
+    "queued.max.requests": 1, "max.connections": 0, "max.connections.per.ip": 0,
 }
 
 
@@ -209,6 +216,10 @@ class BrokerConfig:
         if not config.log_dirs:
             raise InvalidConfigError(config._where("log.dirs", f"Invalid value '{config['log.dirs']}' for "
                                                    "configuration log.dirs: at least one directory is needed"))
+        try:
+            check_connection_settings(settings)
+        except ConnectionSettingError as exc:
+            raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
         try:
             config.listener, config.unopened = served_listener(
                 settings["listeners"], settings["controller.listener.names"],

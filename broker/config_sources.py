@@ -54,7 +54,7 @@ SINGLE_NODE_NAMES = frozenset({
     "share.coordinator.state.topic.replication.factor", "share.coordinator.state.topic.min.isr",
     "num.replica.fetchers", "num.replica.alter.log.dirs.threads",
     "controlled.shutdown.enable", "controlled.shutdown.max.retries", "controlled.shutdown.retry.backoff.ms",
-    "num.network.threads", "num.io.threads", "background.threads", "queued.max.requests",
+    "num.network.threads", "num.io.threads", "background.threads",
     "socket.send.buffer.bytes", "socket.receive.buffer.bytes",
 })
 SINGLE_NODE_PREFIXES = ("zookeeper.", "controller.quorum.", "replica.", "metadata.log.")

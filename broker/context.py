@@ -7,7 +7,7 @@ that blocks on an fsync goes through `coordinate` (a thread pool).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -24,8 +24,9 @@ _T = TypeVar("_T")
 
 
 class BrokerContext(Protocol):
-    """The broker as handlers see it: settings, the store, the coordinators, the authorizer, and the
-    append notification long-polling Fetches wait on. Owned by the server; used from the event loop."""
+    """The broker as handlers see it: settings, the store, the coordinators, the authorizer, and where
+    long-polling Fetches park until their partitions get appends. Owned by the server; used from the
+    event loop."""
 
     config: BrokerConfig
     node_id: int
@@ -45,11 +46,13 @@ class BrokerContext(Protocol):
     def delete_topic(self, name: str) -> None:
         """Delete a topic, its directories and every group's offsets of it (blocks on fsyncs)."""
 
-    def appended_event(self) -> asyncio.Event:
-        """Set at the next append."""
+    def notify_appended(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Wake the Fetches parked on these partitions (None: every parked Fetch)."""
 
-    def notify_appended(self) -> None:
-        """Wake the Fetches waiting for data."""
+    async def wait_for_appends(self, partitions: Collection[tuple[str, int]], timeout: float,
+                               gone: asyncio.Future[None] | None = None) -> None:
+        """Return at the next append to one of `partitions`, after `timeout` s, when `gone` resolves, or at
+        shutdown."""
 
     async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking call (a coordinator's, an fsync) in the broker's thread pool."""

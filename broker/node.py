@@ -35,7 +35,7 @@ from logstore.broker.coordinator.transaction import (
 from logstore.broker.producer_ids import ProducerIdAllocator
 from logstore.checkpoints import write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
-from logstore.errors import InvalidRequestError, UnknownTopicOrPartitionError
+from logstore.errors import InvalidRequestError, StorageError, UnknownTopicOrPartitionError
 from logstore.filesystem import OS, FileSystem
 from logstore.manager import LogManager
 
@@ -111,7 +111,10 @@ class Node:
             if loaded:
                 log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
         except BaseException:
-            self.store.close()
+            try:
+                self.store.close()
+            except StorageError as exc:
+                log.warning("log dirs not closed cleanly after the failed start: %s", exc)
             raise
         self._upkeep = threading.Thread(target=self._run_upkeep, name="logstore-upkeep", daemon=True)
 
@@ -250,7 +253,11 @@ class Node:
 
     def close(self) -> None:
         """Close the in-process clients still open, stop the upkeep, then close the store (checkpoints,
-        snapshots, clean-shutdown marker)."""
+        snapshots, clean-shutdown marker).
+
+        A log dir that cannot be closed cleanly (a full disk, an offline dir) is logged, not raised: it
+        gets no clean-shutdown marker, so the next start recovers it, and the stop itself succeeded.
+        """
         with self._wake:
             clients = list(self._clients)
         for client in clients:
@@ -260,7 +267,11 @@ class Node:
             self._wake.notify()
         if self._upkeep.is_alive() and self._upkeep is not threading.current_thread():
             self._upkeep.join()
-        self.store.close()
+        try:
+            self.store.close()
+        except StorageError as exc:
+            log.warning("stopped without a clean shutdown of every log dir (the next start recovers them): %s",
+                        exc)
 
 
 def _internal_topic_defaults(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -132,6 +132,7 @@ class HeldSlice:
     __slots__ = ("fd", "position", "size")
 
     def __init__(self, file_slice: FileSlice):
+        self.fd = -1  # so __del__ has nothing to close if the dup fails
         self.fd = os.dup(file_slice.fd)
         self.position = file_slice.position
         self.size = file_slice.size

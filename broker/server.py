@@ -1,49 +1,50 @@
 """The broker: an asyncio server in front of a logstore node, knowing no API in particular.
 
-Each connection reads size-prefixed frames; every request becomes a task at
-once (so a Produce waiting for its fsync does not hold back the next one), and
-a writer task sends the replies in request order, as clients require. A frame
-larger than `socket.request.max.bytes`, a header that cannot be read, or an
-API version this broker does not serve closes that connection, as Kafka does;
-others are untouched. A connection that neither sent a request nor
-was owed a reply for `connections.max.idle.ms` is closed. What differs by API
-(how a frame is decoded, whether it is answered, how the answer is encoded,
-what a too-new version gets) is the registration's (`logstore.broker.api`).
-Handlers run on the event loop and call the store directly: appends and
-reads are a pwrite or pread each, and large file ranges go out by sendfile.
-The process around it (configuration, signals, exit codes) is `startup.py`.
+The acceptor (`acceptor.py`) admits connections within `max.connections`
+and `max.connections.per.ip`; each is a `Connection` (`connection.py`),
+which reads one request at a time, as Kafka's muted connections do (the
+next frame is read once the request before it took effect), and sends the
+replies in request order. A frame larger than `socket.request.max.bytes`,
+a header that cannot be read, or an API version this broker does not serve
+closes that connection, as Kafka does; others are untouched. A connection
+that neither sent a request nor was owed a reply for
+`connections.max.idle.ms` (or whose replies the client stopped reading for
+that long) is closed. What differs by API (how a frame is decoded, whether
+it is answered, how the answer is encoded, what a too-new version gets) is
+the registration's (`logstore.broker.api`). Handlers run on the event loop
+and call the store directly: appends and reads are a pwrite or pread each,
+and large file ranges go out by sendfile. Long-polling Fetches park on
+their partitions (`fetch_waiters.py`). The process around it
+(configuration, signals, exit codes) is `startup.py`.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import struct
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+import socket
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO, Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeVar
 
-from logstore.broker.api import REGISTRY, Api, Request, load_all
-from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer, KafkaPrincipal
+from logstore.broker.acceptor import Acceptor, ConnectionQuotas, parse_ip_overrides
+from logstore.broker.api import load_all
+from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
+from logstore.broker.connection import IDLE, SHUTDOWN, Connection
+from logstore.broker.fetch_waiters import FetchWaiters, TopicPartition
 from logstore.broker.node import Node
-from logstore.broker.protocol import HeldSlice, Part, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
 from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)
 
-_SIZE = struct.Struct(">i")
-# Below this a file range is read and written like any bytes; above, sendfile's
-# pause of the connection's reads costs less than the copy through user space.
-SENDFILE_MIN_BYTES = 64 * 1024
-IDLE = "connections.max.idle.ms"
 # Coordinator calls block on fsyncs; this many run at once (their fsyncs are shared by group commit).
 COORDINATOR_THREADS = 16
+# Large frames are decoded and their answers encoded here; kio holds the GIL, so more threads would
+# not decode faster, only let more large requests wait half-done.
+CODEC_THREADS = 2
+LISTEN_BACKLOG = 100
 
 _T = TypeVar("_T")
-# A connection's replies in request order (each the handler's task, or a done future); None ends the queue.
-_Replies: TypeAlias = "asyncio.Queue[Awaitable[PreEncoded | None] | None]"
-# A connection's [when it last read a frame or sent a reply (loop time), how many replies it owes].
-_Activity: TypeAlias = list[float]
 
 
 class Broker:
@@ -66,14 +67,14 @@ class Broker:
         self.transactions = self.node.transactions
         self.groups = self.node.groups
         self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
+        self._codec_pool = ThreadPoolExecutor(CODEC_THREADS, thread_name_prefix="codec")
         self.closing = False
-        self._appended = asyncio.Event()
-        self._server: asyncio.Server | None = None
-        self._connections: set[asyncio.Task[Any]] = set()
-        # Per connection: when it last read a frame or sent a reply, and how many replies it owes.
-        self._activity: dict[asyncio.Task[Any], _Activity] = {}
+        self.fetch_waiters = FetchWaiters()
+        self._acceptor: Acceptor | None = None
+        self.connections: set[Connection] = set()
+        # queued.max.requests: requests read whose handlers still work (not done, applied or parked).
+        self._queued = asyncio.Semaphore(config["queued.max.requests"])
         self._reaper: asyncio.Task[None] | None = None
-        self._sendfile = True
         # Encoded answers that only change with the topics, per API key (Metadata).
         self.response_cache: dict[int, dict[Hashable, bytes]] = {}
 
@@ -87,19 +88,22 @@ class Broker:
         """Delete a topic, its directories and every group's offsets of it (blocks on fsyncs)."""
         self.node.delete_topic(name)
 
-    def appended_event(self) -> asyncio.Event:
-        """Set at the next append: what a long-polling Fetch waits on."""
-        return self._appended
+    def notify_appended(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        """Wake the Fetches parked on these partitions (None: every parked Fetch)."""
+        self.fetch_waiters.wake(partitions)
 
-    def notify_appended(self) -> None:
-        """Wake the Fetches waiting for data."""
-        self._appended.set()
-        self._appended = asyncio.Event()
+    async def wait_for_appends(self, partitions: Collection[TopicPartition], timeout: float,
+                               gone: asyncio.Future[None] | None = None) -> None:
+        """Return at the next append to one of `partitions`, after `timeout` s, when `gone` resolves, or at
+        shutdown."""
+        if not self.closing:
+            await self.fetch_waiters.wait(partitions, timeout, gone)
 
-    def _appended_elsewhere(self) -> None:
+    def _appended_elsewhere(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         # Called from a coordinator thread (markers written): read_committed fetches may pass the new LSO.
-        if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self.notify_appended)
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.notify_appended, None if partitions is None else list(partitions))
 
     async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a (blocking) coordinator call in the coordinator pool."""
@@ -110,11 +114,14 @@ class Broker:
     async def start(self) -> tuple[str, int]:
         """Listen; returns the bound (host, port)."""
         listener = self.config.listener
-        self._server = await asyncio.start_server(self._serve, listener.host or None, listener.port,
-                                                  reuse_address=True)
-        host, port = self._server.sockets[0].getsockname()[:2]
-        self._reaper = asyncio.create_task(self._close_idle_connections())
         self._loop = asyncio.get_running_loop()
+        sockets = _listening_sockets(listener.host or None, listener.port)
+        quotas = ConnectionQuotas(self.config["max.connections"], self.config["max.connections.per.ip"],
+                                  parse_ip_overrides(self.config["max.connections.per.ip.overrides"]))
+        self._acceptor = Acceptor(sockets, quotas, self._serve)
+        self._acceptor.start()
+        host, port = sockets[0].getsockname()[:2]
+        self._reaper = asyncio.create_task(self._close_idle_connections())
         log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
         return host, port
 
@@ -125,118 +132,25 @@ class Broker:
         while not self.closing:
             await asyncio.sleep(min(max(idle / 4, 0.05), 30.0))
             now = loop.time()
-            for task, (last, owed) in list(self._activity.items()):
-                if owed == 0 and now - last > idle:
-                    log.info("closing a connection idle for %.0f ms (connections.max.idle.ms)", (now - last) * 1000)
-                    task.cancel(IDLE)
+            for connection in list(self.connections):
+                since = connection.idle_since()
+                if since is not None and now - since > idle:
+                    log.info("closing a connection idle for %.0f ms (connections.max.idle.ms)", (now - since) * 1000)
+                    connection.cancel(IDLE)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None  # asyncio runs each connection's callback as a task
-        self._connections.add(task)
-        activity = self._activity[task] = [asyncio.get_running_loop().time(), 0]
-        replies: _Replies = asyncio.Queue()
-        sender = asyncio.create_task(self._send_replies(replies, writer, activity))
-        peer = writer.get_extra_info("peername")
+    async def _serve(self, sock: socket.socket, peer: tuple[str, int]) -> None:
         try:
-            # PLAINTEXT is the only listener: every connection is Kafka's anonymous user.
-            await self._read_requests(reader, replies, peer, activity, ANONYMOUS)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
-        except asyncio.CancelledError as exc:
-            if not (self.closing or exc.args == (IDLE,)):
-                raise
-            # shutdown() or the idle reaper cancelled this connection: end normally, or Python
-            # 3.11's StreamReaderProtocol logs the cancellation as an unhandled exception.
+            reader, writer = await asyncio.open_connection(sock=sock)
+        except OSError as exc:
+            sock.close()
+            log.info("dropping a connection from %s before it was served: %s", peer, exc)
+            return
+        connection = Connection(self, reader, writer, ANONYMOUS, self._queued, self._codec_pool)
+        self.connections.add(connection)
+        try:
+            await connection.serve()
         finally:
-            await replies.put(None)
-            try:
-                await sender
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            writer.close()
-            self._connections.discard(task)
-            self._activity.pop(task, None)
-
-    async def _read_requests(self, reader: asyncio.StreamReader, replies: _Replies, peer: object,
-                             activity: _Activity, principal: KafkaPrincipal) -> None:
-        limit = self.config["socket.request.max.bytes"]
-        loop = asyncio.get_running_loop()
-        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""
-        while not self.closing:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            activity[0] = loop.time()
-            # Checked before reading the body, so a lying size costs no memory.
-            if size < 8 or size > limit:
-                raise ProtocolError(f"request size {size} outside 8..{limit} (socket.request.max.bytes)")
-            frame = await reader.readexactly(size)
-            activity[0] = loop.time()
-            api_key, version, correlation_id = peek_api(frame)
-            api = REGISTRY.get(api_key)
-            if api is not None and version > api.max_version and api.newer is not None:
-                activity[1] += 1
-                await replies.put(_done(api.newer(frame, correlation_id)))
-                continue
-            if api is None or not api.accept_from <= version <= api.max_version:
-                raise UnsupportedRequest(f"api key {api_key} version {version} is not served")
-            client_id, body = api.decode(frame)
-            request = Request(self, api_key, version, correlation_id, client_id, client_host, principal)
-            task = asyncio.create_task(self._handle(api, request, body))
-            if not api.replies(body):
-                continue
-            activity[1] += 1
-            await replies.put(task)
-
-    async def _handle(self, api: Api, request: Request, body: object) -> PreEncoded | None:
-        """The handler's answer, encoded as the registration says (None: nothing to send)."""
-        try:
-            response = await api.handler(request, body)
-            return None if response is None else api.encode(request.correlation_id, request.version, response)
-        except Exception:
-            log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
-            raise
-
-    async def _send_replies(self, replies: _Replies, writer: asyncio.StreamWriter, activity: _Activity) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            item = await replies.get()
-            if item is None:
-                return
-            try:
-                response = await item
-            except Exception:  # noqa: BLE001 - logged in _handle; the client sees the connection close
-                writer.close()
-                return
-            finally:
-                activity[0] = loop.time()
-                activity[1] -= 1
-            if response is None:
-                continue
-            try:
-                await self._send_parts(response.parts, writer)
-            finally:
-                response.close()
-            await writer.drain()
-
-    async def _send_parts(self, parts: Sequence[Part], writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        for part in parts:
-            if not isinstance(part, HeldSlice):
-                writer.write(part)
-            elif part.size < SENDFILE_MIN_BYTES or not self._sendfile:
-                writer.write(part.read())
-            else:
-                await writer.drain()
-                try:
-                    # asyncio's sendfile needs only the fileno() and seek() a HeldSlice has, not a whole IO.
-                    await loop.sendfile(writer.transport, cast("IO[bytes]", part), part.position, part.size,
-                                        fallback=False)
-                except (AttributeError, NotImplementedError, asyncio.SendfileNotAvailableError):
-                    # uvloop, or a transport without sendfile: copy, and stop trying.
-                    self._sendfile = False
-                    writer.write(part.read())
+            self.connections.discard(connection)
 
     async def serve_until(self, stop: asyncio.Event) -> None:
         """Start the upkeep, serve until `stop` is set, then shut down cleanly."""
@@ -249,22 +163,42 @@ class Broker:
     async def shutdown(self) -> None:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
-        self.notify_appended()
+        self.fetch_waiters.wake()
         if self._reaper is not None:
             self._reaper.cancel()
-        if self._server is not None:
-            self._server.close()
-        for task in list(self._connections):
-            task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        tasks: set[asyncio.Task[None]] = set()
+        if self._acceptor is not None:
+            self._acceptor.close()
+            tasks = set(self._acceptor.connections)
+        for connection in list(self.connections):
+            connection.cancel(SHUTDOWN)
+        await asyncio.gather(*tasks, return_exceptions=True)
         # Coordinator calls already running finish their writes before the store closes.
-        await asyncio.get_running_loop().run_in_executor(None, self._coordinator_pool.shutdown)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._coordinator_pool.shutdown)
+        await loop.run_in_executor(None, self._codec_pool.shutdown)
         self.node.close()
         log.info("logstore broker %d stopped", self.node_id)
 
 
-def _done(value: PreEncoded) -> asyncio.Future[PreEncoded | None]:
-    future: asyncio.Future[PreEncoded | None] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future
-
+def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:
+    """Bound, listening, non-blocking sockets for every address of `host` (None: every interface), as
+    asyncio's start_server makes them."""
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                # One socket per family, as asyncio binds them: the IPv6 one must not claim IPv4 too.
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+            sock.setblocking(False)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets

@@ -8,6 +8,13 @@ from; the traceback follows at --log-level DEBUG. The listener is probed
 before the store opens (a recovery may take long), so a port in use is said
 at once.
 
+Storage errors while serving follow Kafka: an I/O error takes its log dir
+offline (its partitions answer KAFKA_STORAGE_ERROR), and once every log dir
+is offline the broker stops with status 1 and one line saying why. A stop on
+a full disk is still a clean stop (status 0): what cannot be written is
+logged, and the log dirs left without a clean-shutdown marker are recovered
+by the next start, which succeeds on a full disk too.
+
 The authorizer is Kafka's `authorizer.class.name` (empty: everything is
 allowed); `run` and `run_broker` also take one ready-made, which is how a
 test starts a broker process with its own, and likewise the file system the
@@ -74,9 +81,18 @@ async def run_broker(config: BrokerConfig, ready: Callable[[str, int], None] | N
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    offline: list[str] = []
+
+    def every_dir_offline(reason: str) -> None:
+        # Called from the thread whose write failed last: Kafka halts the broker here.
+        offline.append(reason)
+        loop.call_soon_threadsafe(stop.set)
+    broker.store.dir_failures.on_all_offline = every_dir_offline
     if ready is not None:
         ready(host, port)
     await broker.serve_until(stop)
+    if offline:
+        raise StartError(f"stopped: every log dir is offline after an I/O error ({offline[0]})")
 
 
 def parse_log_levels(items: Iterable[tuple[str, str]]) -> tuple[int | None, dict[str, int]]:

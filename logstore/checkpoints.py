@@ -9,7 +9,9 @@ Layout (on-disk-format.md §6; marker §5.6), UTF-8 with `\\n` line endings:
     .kafka_cleanshutdown: {"version":0,"brokerEpoch":N} (older Kafka: empty)
 
 Every file is replaced atomically by `write_atomically` (tmp, fsync, rename,
-fsync the directory). Readers raise `CorruptCheckpointError` naming the line.
+fsync the directory); a write that fails raises `StorageIOError` (a
+KAFKA_STORAGE_ERROR to a client, still an `OSError`), saying whether the old
+file and the directory are untouched. Readers raise `CorruptCheckpointError` naming the line.
 Every function takes the `FileSystem` it goes through (`fs`, default the real one).
 """
 from __future__ import annotations
@@ -21,7 +23,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from logstore.errors import StorageError
+from logstore.errors import StorageError, StorageIOError
 from logstore.filesystem import OS, FileSystem
 
 StrPath = str | os.PathLike[str]
@@ -60,7 +62,12 @@ def fsync_dir(directory: StrPath, fs: FileSystem = OS) -> None:
 
 
 def write_atomically(path: StrPath, data: bytes, *, fsync: bool = True, fs: FileSystem = OS) -> None:
-    """Replace `path` with `data` so a crash leaves either the old or the new file."""
+    """Replace `path` with `data` so a crash leaves either the old or the new file.
+
+    An I/O error raises `StorageIOError` (a KAFKA_STORAGE_ERROR that is still the `OSError`), `intact`
+    when `path` and the directory are as before (the temporary file removed): what a full disk allows
+    a caller to shrug off. A missing directory stays a plain `FileNotFoundError`.
+    """
     target = os.fspath(path)
     tmp = target + ".tmp"
     try:
@@ -74,14 +81,24 @@ def write_atomically(path: StrPath, data: bytes, *, fsync: bool = True, fs: File
         finally:
             fs.close(fd)
         fs.rename(tmp, target)
-    except BaseException:
+    except BaseException as exc:
+        intact = True
         try:
             fs.unlink(tmp)
         except FileNotFoundError:
             pass
+        except OSError:
+            intact = False
+        if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, StorageError)):
+            raise StorageIOError(f"cannot write {target}: {exc.strerror or exc}", exc, intact=intact) from exc
         raise
     if fsync:
-        fs.fsync_dir(os.path.dirname(os.path.abspath(target)))
+        try:
+            fs.fsync_dir(os.path.dirname(os.path.abspath(target)))
+        except OSError as exc:
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageIOError(f"cannot make {target} durable: {exc.strerror or exc}", exc) from exc
 
 
 def _read_lines(path: StrPath, fs: FileSystem) -> list[str]:

@@ -38,6 +38,12 @@ TOPIC_CONFIGS: dict[str, tuple[str, str, Any, Any]] = {
     "min.compaction.lag.ms": ("min_compaction_lag_ms", "log.cleaner.min.compaction.lag.ms", 0, 0),
     "max.compaction.lag.ms": ("max_compaction_lag_ms", "log.cleaner.max.compaction.lag.ms", LONG_MAX, 1),
     "delete.retention.ms": ("delete_retention_ms", "log.cleaner.delete.retention.ms", 86_400_000, 0),
+    # KIP-937's bounds on a record's CreateTime around the broker's clock, with Kafka 4's defaults (the past
+    # unbounded, the future an hour ahead; Kafka 4 dropped message.timestamp.difference.max.ms).
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", "log.message.timestamp.before.max.ms",
+                                        LONG_MAX, 0),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", "log.message.timestamp.after.max.ms",
+                                       3_600_000, 0),
 }
 BROKER_NAMES = {broker: topic for topic, (_, broker, _, _) in TOPIC_CONFIGS.items()}
 # Kafka's coarser broker settings, applied when the ms form is not given.
@@ -79,6 +85,8 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = 3_600_000
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None, base: LogConfig | None = None) -> LogConfig:

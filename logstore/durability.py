@@ -10,6 +10,12 @@ the ones that would otherwise need an fsync of their own right after.
 Waiting callers either block (`flush`) or hold a future (`durable`), the form
 a server uses so that its request loop never blocks on a disk: a shared pool
 runs one fsync per turn for each partition with waiters.
+
+A failed fsync takes the partition's whole log dir offline, through the same
+`LogDirState` a failed write reaches (`logstore.log_dir_failures`): after one
+the kernel may have dropped the dirty pages, so no later fsync may claim
+durability; the callers and waiters get a `StorageIOError` (still the
+`OSError` it was), and every later call on the dir KAFKA_STORAGE_ERROR.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .errors import StorageError
+from .log_dir_failures import LogDirState
 
 log = logging.getLogger(__name__)
 
@@ -45,16 +52,16 @@ class GroupCommit:
     """The recovery point of one partition and the fsyncs that move it."""
 
     def __init__(self, recovery_point: int, *, end: Callable[[], int], sync: Callable[[int, int], None],
-                 name: str = ""):
+                 name: str = "", dir_state: LogDirState | None = None):
         self._end = end
         self._sync = sync
         self._name = name
+        self._dir = dir_state if dir_state is not None else LogDirState(os.path.dirname(name) or ".")
         # Reentrant: a truncation lowers the recovery point while holding `idle()`.
         self._cond = threading.Condition(threading.RLock())
         self._recovery_point = recovery_point
         self._flushing = False
         self._closed = False
-        self.failure: BaseException | None = None
         self._writes_started = 0
         self._writes_done = 0
         self._urgent = 0
@@ -125,11 +132,10 @@ class GroupCommit:
         try:
             self._sync(start, end)
             done = True
-        except BaseException as exc:
-            # After a failed fsync the kernel may have dropped the dirty pages and
-            # a retry can "succeed" without them: never claim durability again.
-            self.failure = exc
-            raise
+        except Exception as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages and a retry can
+            # "succeed" without them: the dir goes offline, so nothing claims durability again.
+            raise self._dir.fail(f"fsync of {self._name}", exc) from exc
         finally:
             with self._cond:
                 self._flushing = False
@@ -142,9 +148,8 @@ class GroupCommit:
                 fut.set_result(self._recovery_point)
 
     def check_healthy(self) -> None:
-        """Raise StorageError once an fsync has failed: the partition takes no more writes."""
-        if self.failure is not None:
-            raise StorageError(f"log {self._name} is offline after a failed fsync: {self.failure}")
+        """Raise StorageError (LogDirOfflineError) once the log dir is offline: it takes no more writes."""
+        self._dir.check()
 
     def _pop_ready(self) -> list[Future[int]]:
         ready = []
@@ -159,9 +164,8 @@ class GroupCommit:
             if self._recovery_point >= offset:
                 fut.set_result(self._recovery_point)
                 return fut
-            if self._closed or self.failure is not None:
-                fut.set_exception(StorageError(f"log {self._name} is "
-                                               f"{'closed' if self._closed else 'offline after a failed fsync'}"))
+            if self._closed or not self._dir.online:
+                fut.set_exception(StorageError(f"log {self._name} is closed") if self._closed else self._dir.error())
                 return fut
             heapq.heappush(self._waiters, (offset, next(self._order), fut))
             start = not self._driving

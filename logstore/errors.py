@@ -160,6 +160,39 @@ class LogDirLockedError(StorageError):
     """The log dir is held by another open store (its `.lock` file): one process per directory."""
 
 
+class StorageIOError(StorageError, OSError):
+    """An I/O error on a log dir's files: KAFKA_STORAGE_ERROR to a client, and still the `OSError` it was
+    (its `errno`, `filename`) to code that catches those.
+
+    `intact` says the failed call left the files as they were (stray bytes of a torn write cut back, a
+    temporary file removed): an ENOSPC that is `intact` costs only the call, anything else takes the log
+    dir offline (`logstore.log_dir_failures`).
+    """
+
+    def __init__(self, message: str, cause: OSError | None = None, *, intact: bool = False):
+        OSError.__init__(self, cause.errno if cause is not None else None, message,
+                         cause.filename if cause is not None else None)
+        self.message = message
+        self.intact = intact
+
+    def __str__(self) -> str:
+        return self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # OSError pickles by its args (errno, message); this keeps the message and the flag.
+        return (_rebuild_storage_io_error, (self.message, self.errno, self.filename, self.intact))
+
+
+def _rebuild_storage_io_error(message: str, errno: int | None, filename: str | None,
+                              intact: bool) -> StorageIOError:
+    return StorageIOError(message, OSError(errno, message, filename) if errno is not None else None, intact=intact)
+
+
+class LogDirOfflineError(StorageError):
+    """A call on a log dir that an I/O error took offline: its partitions refuse reads and writes until a
+    restart recovers them."""
+
+
 class OffsetOutOfRangeError(LogStoreError):
     """A read or lookup outside [log start offset, log end offset]."""
 

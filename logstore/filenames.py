@@ -5,14 +5,22 @@ A name is the 20-digit zero-padded base offset, then a kind suffix (`.log`, `.in
 then at most one state suffix (`.cleaned`, `.swap`, `.deleted`) that a rename adds or
 removes. Every module that makes or reads such a name goes through here, so a Kafka tool
 and logstore agree on every file.
+
+A partition directory being deleted is first renamed `<topic>-<partition>.<uuid>-delete`
+(Kafka's logDeleteDirName), with the topic cut short so the name fits the file system's
+255 bytes: a topic name may have 249 characters, and the full form would need 289. Recovery
+knows both forms (`is_delete_dir`) and finishes their removal.
 """
 from __future__ import annotations
 
 import os
+import re
+import uuid
 
 __all__ = ["LOG_SUFFIX", "INDEX_SUFFIX", "TIME_INDEX_SUFFIX", "TXN_INDEX_SUFFIX", "SNAPSHOT_SUFFIX",
            "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX", "SEGMENT_SUFFIXES", "STATE_SUFFIXES",
-           "offset_name", "offset_path", "parse_offset", "partition_dir_name", "parse_partition_dir"]
+           "offset_name", "offset_path", "parse_offset", "partition_dir_name", "parse_partition_dir",
+           "DELETE_DIR", "DELETE_DIR_SUFFIX", "delete_dir_name", "is_delete_dir"]
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -28,6 +36,12 @@ DELETED_SUFFIX = ".deleted"
 STATE_SUFFIXES = (CLEANED_SUFFIX, SWAP_SUFFIX, DELETED_SUFFIX)
 
 OFFSET_DIGITS = 20
+
+DELETE_DIR_SUFFIX = "-delete"
+# What a file name may hold on the file systems Kafka runs on (NAME_MAX).
+MAX_NAME_BYTES = 255
+# Both forms end in `.<32 hex digits>-delete`: the full topic, or its first characters.
+DELETE_DIR = re.compile(r".+-[0-9]+\.[0-9a-f]{32}" + re.escape(DELETE_DIR_SUFFIX))
 
 
 def offset_name(offset: int, suffix: str) -> str:
@@ -66,3 +80,15 @@ def parse_partition_dir(name: str) -> tuple[str, int]:
     if not sep or not topic or not partition.isdigit():
         raise ValueError(f"{name!r} is not a <topic>-<partition> directory name")
     return topic, int(partition)
+
+
+def delete_dir_name(topic: str, partition: int, unique_id: str | None = None) -> str:
+    """`orders-3.<32 hex digits>-delete`, what partition 3 of `orders` is renamed to before its files go;
+    the topic is cut so the name fits 255 bytes, as Kafka cuts it (topic names are ASCII)."""
+    suffix = f"-{partition}.{unique_id or uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+    return topic[:MAX_NAME_BYTES - len(suffix)] + suffix
+
+
+def is_delete_dir(name: str) -> bool:
+    """Whether `name` is a partition directory renamed for deletion, in the full form or the shortened one."""
+    return DELETE_DIR.fullmatch(name) is not None

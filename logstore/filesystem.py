@@ -2,7 +2,10 @@
 
 Descriptor-level, like the `os` calls it replaces: a segment's descriptor is
 shared by its writer, any number of preads and `sendfile` (`FileSlice`), so a
-handle object would only wrap the int those need. `OsFileSystem` passes every
+handle object would only wrap the int those need. Two ways to map a file:
+`mmap` (CPython's, which keeps a copy of the descriptor while it lives: for a
+scan that unmaps when done) and `map_file` (a `FileMap`, which keeps none: for
+the index maps that live as long as their segment). `OsFileSystem` passes every
 call to `os` and looks the function up at call time (the storage benchmark
 counts fsyncs by patching `os.fsync`); `OS` is the instance modules default to.
 Tests substitute `tests/storage/fault_fs.py`'s `FaultFileSystem`, which
@@ -19,6 +22,8 @@ import mmap
 import os
 import shutil
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from logstore.native.file_map import FileMap
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -59,6 +64,10 @@ class FileSystem(Protocol):
 
     def mmap(self, fd: int, length: int, *, writable: bool) -> mmap.mmap:
         """Map the first `length` bytes; writes through a writable map are durable after `fsync`."""
+
+    def map_file(self, fd: int, length: int, *, writable: bool) -> FileMap:
+        """Map the first `length` bytes holding no descriptor (`fd` may be closed at once); writes
+        through a writable map are durable after `fsync` of the file."""
 
     def flock(self, fd: int) -> None:
         """Take an exclusive lock on the open file, or raise BlockingIOError."""
@@ -139,6 +148,11 @@ class OsFileSystem:
     def mmap(self, fd: int, length: int, *, writable: bool) -> mmap.mmap:
         """Map the first `length` bytes; writes through a writable map are durable after `fsync`."""
         return mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+
+    def map_file(self, fd: int, length: int, *, writable: bool) -> FileMap:
+        """Map the first `length` bytes holding no descriptor (`fd` may be closed at once); writes
+        through a writable map are durable after `fsync` of the file."""
+        return FileMap(fd, length, writable)
 
     def flock(self, fd: int) -> None:
         """Take an exclusive lock on the open file, or raise BlockingIOError."""

@@ -1,4 +1,4 @@
-"""A segment's index files: `.index`, `.timeindex` (mmap'd) and `.txnindex`.
+"""A segment's index files: `.index`, `.timeindex` (mapped) and `.txnindex`.
 
 Byte layouts and rules are on-disk-format.md §5.3–5.5. The offset and time
 indexes are preallocated to `segment.index.bytes` while their segment is
@@ -8,176 +8,25 @@ is why an unclean shutdown rebuilds the indexes of the segments it touched.
 The searches are native (`logstore.native.index`). Every file operation goes
 through the `FileSystem` given (`fs`, default the real one); writes through
 the maps are durable only after `flush`.
+
+The two mapped ones hold no descriptor and are mapped on first use
+(`logstore.mapped_index`); a file cut under its map raises `IndexAccessError`.
 """
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 from dataclasses import dataclass
-from typing import Generic, TypeVar
 
-from logstore.errors import LogStoreError
 from logstore.filesystem import OS, FileSystem
-from logstore.native.index import IndexFullError, InvalidOffsetError, OffsetIndexCore, TimeIndexCore
+from logstore.mapped_index import DEFAULT_MAX_INDEX_SIZE, CorruptIndexError, MappedIndex
+from logstore.native.index import IndexAccessError, IndexFullError, InvalidOffsetError, OffsetIndexCore, TimeIndexCore
 
-__all__ = ["AbortedTxn", "CorruptIndexError", "IndexFullError", "InvalidOffsetError", "OffsetIndex",
-           "TimeIndex", "TxnIndex"]
-
-DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
-
-_Core = TypeVar("_Core", OffsetIndexCore, TimeIndexCore)
+__all__ = ["DEFAULT_MAX_INDEX_SIZE", "AbortedTxn", "CorruptIndexError", "IndexAccessError", "IndexFullError",
+           "InvalidOffsetError", "OffsetIndex", "TimeIndex", "TxnIndex", "sync_file"]
 
 
-class CorruptIndexError(LogStoreError):
-    """An index file that fails its sanity check; the loader rebuilds it from the log."""
-
-    error_name = "CORRUPT_MESSAGE"
-
-
-class _MappedIndex(Generic[_Core]):
-    """An index file mapped into memory, with its first `entries` slots valid."""
-
-    entry_size = 0
-    core_type: type[_Core]
-    core: _Core
-
-    def __init__(self, path: str, base_offset: int, max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
-                 *, writable: bool = True, fs: FileSystem = OS):
-        self.path = path
-        self.base_offset = base_offset
-        self.max_index_size = max_index_size
-        self.writable = writable
-        self.fs = fs
-        new = not fs.exists(path)
-        if new and not writable:
-            raise FileNotFoundError(path)
-        self._fd = fs.open(path, (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY, 0o644)
-        length = fs.size(self._fd)
-        if new:
-            length = self._round(max_index_size)
-            fs.truncate(self._fd, length)
-            entries = 0
-        else:
-            entries = length // self.entry_size
-        self._map(length, entries)
-        if not writable and entries:
-            # A live writer preallocates the file; its zero-filled tail is not entries.
-            self.core.set_entries(self._written_entries(entries))
-
-    def _written_entries(self, slots: int) -> int:
-        """How many leading slots hold entries: past slot 0, offsets strictly increase, so a slot
-        whose offset is the base offset (and its timestamp, if any, 0) is preallocated zeros."""
-        lo, hi = 1, slots
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self._is_unwritten(self.core.entry(mid)):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    def _is_unwritten(self, entry: tuple[int, int]) -> bool:
-        raise NotImplementedError
-
-    def _round(self, size: int) -> int:
-        return size // self.entry_size * self.entry_size
-
-    def _map(self, length: int, entries: int) -> None:
-        self.length = length
-        if length == 0:
-            self._mmap = None
-        else:
-            self._mmap = self.fs.mmap(self._fd, length, writable=self.writable)
-            # Lookups are binary searches. And without this, the first fault on a
-            # fresh, sparse index reads around it, zero-filling megabytes of holes:
-            # 3-4 ms per file here, paid inside the append that rolls.
-            self._mmap.madvise(mmap.MADV_RANDOM)
-        self.core = self.core_type(self._mmap, self.base_offset, min(entries, length // self.entry_size))
-
-    def _unmap(self) -> None:
-        self.core.release()
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
-
-    @property
-    def entries(self) -> int:
-        """How many entries the index holds."""
-        return self.core.entries
-
-    @property
-    def max_entries(self) -> int:
-        """How many entries fit in the file at its current length."""
-        return self.length // self.entry_size
-
-    @property
-    def is_full(self) -> bool:
-        """Whether the segment must roll before the next entry."""
-        return self.core.is_full
-
-    def resize(self, size: int) -> bool:
-        """Set the file length (rounded down to whole entries, never below the entries held)."""
-        length = max(self._round(size), self.entries * self.entry_size)
-        if length == self.length:
-            return False
-        entries = self.entries
-        self._unmap()
-        self.fs.truncate(self._fd, length)
-        self._map(length, entries)
-        return True
-
-    def trim(self) -> None:
-        """Cut the file to its entries, as Kafka does when a segment stops being active."""
-        self.resize(0)
-
-    def make_active(self) -> None:
-        """Grow the file back to `segment.index.bytes` so appends have room."""
-        self.resize(self.max_index_size)
-
-    def reset(self) -> None:
-        """Drop every entry (before a rebuild)."""
-        self.core.set_entries(0)
-        self.make_active()
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop the entries at or above `offset`."""
-        self.core.truncate_to(offset)
-
-    def flush(self) -> None:
-        """Write the mapped pages, and the file's length after a trim, to disk."""
-        if self.writable:
-            if self._mmap is not None:
-                self._mmap.flush()
-            self.fs.fsync(self._fd)
-
-    def close(self, *, trim: bool = True) -> None:
-        """Trim (when writable), unmap and close the file."""
-        if self._fd < 0:
-            return
-        if trim and self.writable:
-            self.trim()
-        self._unmap()
-        self.fs.close(self._fd)
-        self._fd = -1
-
-    def rename(self, path: str) -> None:
-        """Move the file; the mapping follows it."""
-        self.fs.rename(self.path, path)
-        self.path = path
-
-    def delete(self) -> None:
-        """Close and remove the file."""
-        self.close(trim=False)
-        self.fs.unlink(self.path)
-
-    def check_length(self) -> None:
-        """Kafka's length rule: a whole number of entries."""
-        if self.length % self.entry_size:
-            raise CorruptIndexError(f"{self.path}: length {self.length} is not a multiple of {self.entry_size}")
-
-
-class OffsetIndex(_MappedIndex[OffsetIndexCore]):
+class OffsetIndex(MappedIndex[OffsetIndexCore]):
     """`.index`: offset → position of the batch that holds it."""
 
     entry_size = 8
@@ -204,16 +53,18 @@ class OffsetIndex(_MappedIndex[OffsetIndexCore]):
 
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's index."""
-        self.check_length()
-        if self.entries:
-            offset, position = self.last_entry()
+        with self._borrowed() as core:
+            self.check_length()
+            if not core.entries:
+                return
+            offset, position = core.last_entry()
             if offset < self.base_offset:
                 raise CorruptIndexError(f"{self.path}: last offset {offset} is below the base offset")
             if position >= log_size:
                 raise CorruptIndexError(f"{self.path}: position {position} is past the log's {log_size} bytes")
 
 
-class TimeIndex(_MappedIndex[TimeIndexCore]):
+class TimeIndex(MappedIndex[TimeIndexCore]):
     """`.timeindex`: max timestamp so far → offset of the batch that holds it."""
 
     entry_size = 12
@@ -240,10 +91,12 @@ class TimeIndex(_MappedIndex[TimeIndexCore]):
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's time index."""
-        self.check_length()
-        if self.entries:
-            first_ts = self.entry(0)[0]
-            last_ts, last_offset = self.last_entry()
+        with self._borrowed() as core:
+            self.check_length()
+            if not core.entries:
+                return
+            first_ts = core.entry(0)[0]
+            last_ts, last_offset = core.last_entry()
             if last_ts < first_ts:
                 raise CorruptIndexError(f"{self.path}: last timestamp {last_ts} is below the first {first_ts}")
             if last_offset < self.base_offset:

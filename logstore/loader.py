@@ -22,6 +22,14 @@ and still ends with the same segments, offsets, producer state, last stable
 offset and aborted transactions: it is what a reader beside a live writer
 (Spark) uses. The `RecoveryReport` says what was found and done (or, read
 only, would be done), with byte positions.
+
+A WRITE load on a full disk still opens the log: a torn tail is cut (a
+truncate needs no space), indexes whose pages cannot be had are rebuilt in
+memory and their files removed (`LogSegment.recover`; the next open
+rebuilds them), and a producer snapshot that cannot be written is skipped
+(`RecoveryReport.snapshot_skipped`: the state is in memory, and the next
+open replays from an older snapshot). The log then serves reads, and takes
+appends once space returns.
 """
 from __future__ import annotations
 
@@ -41,7 +49,7 @@ from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn, CorruptIndexError
 from logstore.leftover_files import find_segment_files, settle_leftovers
 from logstore.producer_rebuild import ScanReplay, SnapshotLoad, reload_producer_state
-from logstore.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager
+from logstore.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager, snapshot_path
 from logstore.segment import LogSegment
 
 if TYPE_CHECKING:
@@ -91,6 +99,8 @@ class RecoveryReport:
     producer_state: SnapshotLoad | None = None
     """How the producer state was rebuilt (`producer_rebuild.SnapshotLoad`)."""
     mode: LoadMode = LoadMode.WRITE
+    snapshot_skipped: str | None = None
+    """Why the snapshot of the rebuilt producer state was not written (a full disk), if it was not."""
 
     @property
     def truncated(self) -> bool:
@@ -109,6 +119,8 @@ class RecoveryReport:
             parts.append(f"dropped later segments {self.deleted_segments}")
         if self.rebuilt_indexes:
             parts.append(f"rebuilt indexes {[b for b, _ in self.rebuilt_indexes]}")
+        if self.snapshot_skipped:
+            parts.append(f"producer snapshot not written ({self.snapshot_skipped})")
         if self.mode is LoadMode.READ_ONLY:
             parts.append("read only: nothing written")
         return f"{self.directory}: " + ", ".join(parts) + f" in {self.seconds * 1000:.1f} ms"
@@ -216,7 +228,7 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
             scanned_from = None
         if write and (replay is not None or load.replayed_batches):
             # So the next open replays nothing (Kafka snapshots at the end of a rebuild).
-            producers.take_snapshot()
+            _snapshot_after_rebuild(producers, report)
         aborted = _aborted(segments, scanned_from, log_end_offset, replayed)
     except BaseException:
         for segment in segments:
@@ -343,6 +355,22 @@ def _recover_from(segments: list[LogSegment], first: int, report: RecoveryReport
                 later.close()
             return segments[:i + 1]
     return segments
+
+
+def _snapshot_after_rebuild(producers: ProducerStateManager, report: RecoveryReport) -> None:
+    """Snapshot the rebuilt producer state; on a disk that refuses it (full), keep the state in memory only:
+    the snapshot saves a replay, the log is the truth, and a start must not fail for it."""
+    try:
+        producers.take_snapshot()
+    except OSError as exc:
+        path = snapshot_path(producers.directory, producers.map_end_offset)
+        try:
+            producers.fs.unlink(path)
+        except FileNotFoundError:
+            pass
+        report.snapshot_skipped = f"{exc.strerror or exc}"
+        log.warning("%s: producer snapshot at %d not written (%s); the rebuilt state is kept in memory",
+                    report.directory, producers.map_end_offset, exc.strerror or exc)
 
 
 def _aborted(segments: list[LogSegment], scanned_from: int | None, log_end_offset: int,

@@ -4,10 +4,26 @@ Appends are serialised by one lock and never wait for the disk unless the
 caller asks for durability; then they share fsyncs (group commit, in
 durability.py). Reads take no lock: they work from the current segment list
 and pread the files.
+
+Storage errors are Kafka's: every failed write (append, roll, index,
+snapshot, checkpoint, fsync) raises a KAFKA_STORAGE_ERROR
+(`StorageIOError`, still the `OSError` it was) and goes through the log
+dir's `LogDirState` (log_dir_failures.py), shared by the store's logs in that
+dir. An ENOSPC that left the files as they were fails only its call, so a
+full disk makes a log read-only until space returns: a torn append is cut
+back to the segment's logical end, a roll whose new segment cannot be made
+is undone, a producer snapshot that cannot be written is skipped (the state
+is in memory, the log holds the truth) and a leader-epoch checkpoint that
+cannot be rewritten is trimmed in memory. Anything else takes the dir
+offline: this log and its neighbours refuse appends, and `close` writes
+nothing and says the shutdown was not clean. A leader epoch is assigned
+before the write, as Kafka's append does, so a checkpoint that cannot be
+written leaves nothing appended.
 """
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import threading
@@ -23,11 +39,13 @@ from logstore.config import LogConfig
 from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
-from logstore.filenames import DELETED_SUFFIX, SWAP_SUFFIX, parse_partition_dir
+from logstore.filenames import DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, offset_path, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
+from logstore.formats.protocol import RecordRules
 from logstore.index import AbortedTxn, sync_file
 from logstore.loader import LoadMode, RecoveryReport, cut_log, load_log
+from logstore.log_dir_failures import LogDirState, write_failed
 from logstore.producer_rebuild import reload_producer_state
 from logstore.producer_state import (
     DEFAULT_EXPIRATION_MS,
@@ -35,6 +53,7 @@ from logstore.producer_state import (
     ORIGIN_COORDINATOR,
     ProducerEntry,
     ProducerStateManager,
+    snapshot_path,
 )
 from logstore.read_committed import READ_UNCOMMITTED, CommittedFilter, check_isolation, collect_aborted
 from logstore.segment import FileSlice, LogSegment, segments_between
@@ -109,9 +128,11 @@ class Log:
                  log_end_offset: int, log_start_offset: int, recovery_point: int,
                  report: RecoveryReport | None = None, fmt: LogFormat = DEFAULT_FORMAT,
                  epoch_cache: LeaderEpochCache | None = None, producers: ProducerStateManager | None = None,
-                 fs: FileSystem = OS):
+                 fs: FileSystem = OS, dir_state: LogDirState | None = None):
         self.directory = directory
         self.fs = fs
+        # Shared by every log of the store in the same log dir: an I/O error in one takes them all offline.
+        self.dir_state = dir_state if dir_state is not None else LogDirState(os.path.dirname(directory))
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
         self.config = config
         self.format = fmt
@@ -122,7 +143,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._lock = threading.RLock()
         self._group = GroupCommit(recovery_point, end=lambda: self._next_offset, sync=self._sync,
-                                  name=directory)
+                                  name=directory, dir_state=self.dir_state)
         self._pending_deletes: list[tuple[float, LogSegment]] = []
         # Rolled segments whose indexes and txnindex no fsync has covered yet (see `_sync`).
         self._rolled: list[LogSegment] = []
@@ -131,8 +152,7 @@ class Log:
         self.on_truncated: Callable[[Log], None] | None = None
         self._closed = False
         self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
-        self.epoch_cache.truncate_from_end(log_end_offset)
-        self.epoch_cache.truncate_from_start(log_start_offset)
+        self._trim_epochs(end=log_end_offset, start=log_start_offset)
         self.producers = producers or ProducerStateManager(directory, fs=fs)
         self.producers.map_end_offset = log_end_offset
 
@@ -140,9 +160,11 @@ class Log:
     def open(cls, directory: str, config: LogConfig | None = None, *, clean_shutdown: bool = False,
              recovery_point: int = 0, log_start_offset: int = 0, fmt: LogFormat = DEFAULT_FORMAT,
              on_batch: Callable[[LogSegment, Entry], None] | None = None,
-             producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fs: FileSystem = OS) -> Log:
+             producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS, fs: FileSystem = OS,
+             dir_state: LogDirState | None = None) -> Log:
         """Open (creating if needed) a partition directory, recovering it if the shutdown was unclean
-        (`loader.load_log`: segments, offsets and producer state come from there)."""
+        (`loader.load_log`: segments, offsets and producer state come from there). `dir_state` is its
+        log dir's, shared with the store's other logs there (default: one of its own)."""
         config = config or LogConfig()
         fs.makedirs(directory, exist_ok=True)
         epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
@@ -152,7 +174,8 @@ class Log:
                           on_batch=on_batch, fs=fs)
         return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-                   report=loaded.report, fmt=fmt, epoch_cache=epoch_cache, producers=loaded.producers, fs=fs)
+                   report=loaded.report, fmt=fmt, epoch_cache=epoch_cache, producers=loaded.producers, fs=fs,
+                   dir_state=dir_state)
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -217,26 +240,54 @@ class Log:
 
     # -- appends -------------------------------------------------------------------------
 
-    def append(self, records: Buffer, *, leader_epoch: int = 0, client: bool = True,
-               durable: bool = False) -> AppendResult:
-        """Validate a records field, give it the next offsets and write it.
+    def validate(self, records: Buffer, *, client: bool = True, work_limit: int = -1) -> AppendInfo | None:
+        """Check a writable records field as `append` does, and summarise it for `append(validated=)`.
 
-        `client=True` applies Kafka's produce rules (internal writers pass
-        False to write control batches). `durable=True` returns only after
-        an fsync that covers this append, shared with concurrent appends.
+        `client=True` is Kafka's LogValidator under this topic's config: every
+        record walked, timestamps within message.timestamp.before/after.max.ms
+        of now (CreateTime), keys in a compacted topic; a maxTimestamp the
+        records contradict is corrected in place. With `work_limit` >= 0 the
+        answer is None when that would cost more (`AppendInfo.check_cost`):
+        validate again without one, off the event loop. Takes no lock: any thread.
         """
-        buf = records if not memoryview(records).readonly else bytearray(records)
         config = self.config
-        info = self.format.validate_append(buf, client=client,
-                                           max_batch_size=config.max_message_bytes if client else -1)
-        if client and config.compacts:
-            self.format.require_keys(buf, info, f"{self.topic}-{self.partition}")
-        for header in info.batches:
+        info: AppendInfo | None
+        if not client:
+            info = self.format.validate_append(records, client=False)
+        else:
+            rules = RecordRules(now=int(time.time() * 1000), partition=f"{self.topic}-{self.partition}",
+                                create_time=not config.log_append_time,
+                                timestamp_before_max_ms=config.message_timestamp_before_max_ms,
+                                timestamp_after_max_ms=config.message_timestamp_after_max_ms,
+                                keys_required=config.compacts)
+            if work_limit < 0:
+                info = self.format.validate_append(records, max_batch_size=config.max_message_bytes, rules=rules)
+            else:
+                info = self.format.try_validate_append(records, work_limit, max_batch_size=config.max_message_bytes,
+                                                       rules=rules)
+        for header in info.batches if info is not None else ():
             if header.size_in_bytes > config.segment_bytes:
                 # Kafka's code 18, apart from max.message.bytes' MESSAGE_TOO_LARGE: no segment could hold it.
                 raise RecordBatchTooLargeError(
                     f"batch of {header.size_in_bytes} bytes is larger than segment.bytes {config.segment_bytes}",
                     header.position)
+        return info
+
+    def append(self, records: Buffer, *, leader_epoch: int = 0, client: bool = True,
+               durable: bool = False, validated: AppendInfo | None = None) -> AppendResult:
+        """Validate a records field, give it the next offsets and write it.
+
+        `client=True` applies Kafka's produce rules (internal writers pass
+        False to write control batches); `validated` is what `validate`
+        answered for these very bytes, which are then not checked again.
+        `durable=True` returns only after an fsync that covers this append,
+        shared with concurrent appends.
+        """
+        buf = records if not memoryview(records).readonly else bytearray(records)
+        config = self.config
+        info = validated if validated is not None else self.validate(buf, client=client)
+        # Without a work limit `validate` answers or raises.
+        assert info is not None
         self._group.begin_write()
         try:
             with self._lock:
@@ -252,7 +303,6 @@ class Log:
 
     def _append_locked(self, buf: Buffer, info: AppendInfo, leader_epoch: int, origin: int) -> AppendResult:
         self._check_open()
-        self._group.check_healthy()
         config = self.config
         first = self._next_offset
         last = first + info.offset_count - 1
@@ -269,6 +319,10 @@ class Log:
             return AppendResult(dup_first, dup_last, dup_ts, dup_last, dup_ts, self._log_start_offset, 0, 0,
                                 duplicate=True)
         try:
+            if leader_epoch >= 0:
+                # Before the write, as Kafka's append does: a checkpoint that cannot be written then
+                # leaves nothing appended.
+                self.epoch_cache.assign(leader_epoch, first)
             self.format.assign_offsets(buf, info, first, leader_epoch=leader_epoch, log_append_time=append_time)
             spans, offset = [], first
             for header in info.batches:
@@ -276,12 +330,18 @@ class Log:
                 spans.append((header.size_in_bytes, offset - 1,
                               header.max_timestamp if append_time is None else append_time))
             segment.append(buf, spans)
+        except (OSError, StorageError) as exc:
+            self.producers.rollback(prepared)
+            raise write_failed(self.dir_state, f"append to {self.directory}", exc) from exc
         except BaseException:
             self.producers.rollback(prepared)
             raise
-        self.producers.commit(prepared, segment.txn_index, last + 1)
-        if leader_epoch >= 0:
-            self.epoch_cache.assign(leader_epoch, first)
+        try:
+            self.producers.commit(prepared, segment.txn_index, last + 1)
+        except OSError as exc:
+            # The bytes are in the log, the producer state half applied (an abort's `.txnindex` entry
+            # failed): only a restart's recovery can rebuild it.
+            raise self.dir_state.fail(f"append to {segment.txn_index.path}", exc) from exc
         self._next_offset = last + 1
         offset_of_max = first if append_time is not None else spans[info.max_timestamp_batch][1]
         return AppendResult(first, last, max_ts, offset_of_max, append_time if append_time is not None else -1,
@@ -336,27 +396,77 @@ class Log:
         return segment
 
     def roll(self) -> LogSegment:
-        """Start a new segment at the log end offset (the old one's indexes are trimmed)."""
+        """Start a new segment at the log end offset (the old one's indexes are trimmed).
+
+        A new segment that cannot be made is undone (its files removed, the old one active again);
+        a producer snapshot that cannot be written is skipped (the state stays in memory, and a
+        restart replays the log from an older snapshot).
+        """
         with self._lock:
             self._check_open()
             old = self._segments[-1]
             if old.base_offset == self._next_offset and old.size == 0:
                 return old
-            old.on_becoming_inactive()
+            base = self._next_offset
+            try:
+                old.on_becoming_inactive()
+                new = LogSegment(self.directory, base, index_interval_bytes=self.config.index_interval_bytes,
+                                 max_index_size=self.config.segment_index_bytes, fmt=self.format, fs=self.fs)
+            except (OSError, StorageError) as exc:
+                raise write_failed(self.dir_state, f"roll of {self.directory} to segment {base}", exc,
+                                   intact=self._undo_roll(old, base)) from exc
             self._rolled.append(old)
-            # Kafka's snapshot at every roll, so a restart replays at most the active segment.
-            snapshot = self.producers.take_snapshot(sync=False)
-            new = LogSegment(self.directory, self._next_offset, index_interval_bytes=self.config.index_interval_bytes,
-                             max_index_size=self.config.segment_index_bytes, fmt=self.format, fs=self.fs)
             self._set_segments(self._segments + [new])
             log.debug("%s: rolled to segment %d", self.directory, new.base_offset)
+            # Kafka's snapshot at every roll, so a restart replays at most the active segment.
+            snapshot = self._take_snapshot(sync=False)
 
         def flush_rolled(offset: int) -> None:
             self.flush(offset)
             if snapshot is not None:
-                sync_file(snapshot, self.fs)
+                try:
+                    sync_file(snapshot, self.fs)
+                except OSError as exc:
+                    # A failed fsync, like the log's own (durability.py): the dir is no longer trusted.
+                    raise self.dir_state.fail(f"fsync of {snapshot}", exc) from exc
         roll_flusher.submit(flush_rolled, new.base_offset, self.directory)
         return new
+
+    def _undo_roll(self, old: LogSegment, base: int) -> bool:
+        """Remove what a failed roll made of the segment at `base` and make `old` active again; whether
+        the log is as before."""
+        try:
+            for suffix in SEGMENT_SUFFIXES:
+                try:
+                    self.fs.unlink(offset_path(self.directory, base, suffix))
+                except FileNotFoundError:
+                    pass
+            old.make_active()
+        except (OSError, StorageError) as exc:
+            log.error("%s: cannot undo the roll to segment %d: %s", self.directory, base, exc)
+            return False
+        return True
+
+    def _take_snapshot(self, *, sync: bool) -> str | None:
+        """The producer snapshot at the log end, or None when none was written: one that cannot be
+        written is removed and skipped after an ENOSPC (the state is in memory, the log holds the truth),
+        and takes the log dir offline after any other error."""
+        try:
+            return self.producers.take_snapshot(sync=sync)
+        except OSError as exc:
+            path = snapshot_path(self.directory, self.producers.map_end_offset)
+            try:
+                self.fs.unlink(path)
+                removed = True
+            except FileNotFoundError:
+                removed = True
+            except OSError:
+                removed = False
+            error = write_failed(self.dir_state, f"producer snapshot {path}", exc, intact=removed)
+            if not self.dir_state.online:
+                raise error from exc
+            log.warning("%s: producer snapshot skipped (%s); the state stays in memory", self.directory, exc)
+            return None
 
     def _set_segments(self, segments: list[LogSegment]) -> None:
         self._segments = segments
@@ -541,10 +651,11 @@ class Log:
             self._check_open()
             if offset >= self._next_offset:
                 return
-            if offset <= self._segments[0].base_offset:
-                self._truncate_fully(offset)
-            else:
-                self._truncate_segments(offset)
+            with self._io("truncation"):
+                if offset <= self._segments[0].base_offset:
+                    self._truncate_fully(offset)
+                else:
+                    self._truncate_segments(offset)
         self._notify_truncated()
 
     def _truncate_segments(self, offset: int) -> None:
@@ -562,7 +673,8 @@ class Log:
         """Delete every segment and start an empty log at `offset`."""
         with self._lock, self._group.idle():
             self._check_open()
-            self._truncate_fully(offset)
+            with self._io("truncation"):
+                self._truncate_fully(offset)
         self._notify_truncated()
 
     def _notify_truncated(self) -> None:
@@ -577,14 +689,14 @@ class Log:
         self._set_segments([fresh])
         self._next_offset = offset
         self._log_start_offset = offset
-        self.epoch_cache.clear()
+        self._trim_epochs(clear=True)
         self.producers.reset(offset)
         self._after_truncation()
 
     def _after_truncation(self) -> None:
         self._group.lower_to(self._next_offset)
         self._log_start_offset = min(self._log_start_offset, self._next_offset)
-        self.epoch_cache.truncate_from_end(self._next_offset)
+        self._trim_epochs(end=self._next_offset)
 
     def delete_records(self, offset: int) -> int:
         """Move the log start offset up to `offset` (DeleteRecords); returns the new start."""
@@ -595,9 +707,10 @@ class Log:
                                             f"{self.high_watermark}")
             if offset > self._log_start_offset:
                 self._log_start_offset = offset
-                self.epoch_cache.truncate_from_start(offset)
-                self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset)
-                self.producers.delete_snapshots(lambda o: o >= self._log_start_offset)
+                self._trim_epochs(start=offset)
+                with self._io("delete of records"):
+                    self._delete_segments(lambda seg, nxt: nxt is not None and nxt.base_offset <= offset)
+                    self.producers.delete_snapshots(lambda o: o >= self._log_start_offset)
             return self._log_start_offset
 
     def delete_old_segments(self, now_ms: int | None = None) -> int:
@@ -605,7 +718,7 @@ class Log:
         log start offset; never the active one. Returns how many went."""
         now_ms = int(time.time() * 1000) if now_ms is None else now_ms
         config = self.config
-        with self._lock:
+        with self._lock, self._io("retention"):
             self._check_open()
             deleted = self._delete_segments(
                 lambda seg, nxt: nxt is not None and nxt.base_offset <= self._log_start_offset)
@@ -636,7 +749,7 @@ class Log:
         doomed, kept = segments[:count], segments[count:]
         self._set_segments(kept)
         self._log_start_offset = max(self._log_start_offset, kept[0].base_offset)
-        self.epoch_cache.truncate_from_start(self._log_start_offset)
+        self._trim_epochs(start=self._log_start_offset)
         self.producers.delete_snapshots(lambda o: o >= self._log_start_offset)
         due = time.monotonic() + self.config.file_delete_delay_ms / 1000
         for segment in doomed:
@@ -663,15 +776,16 @@ class Log:
             # The active segment is never cleaned: appends go on while the cleaner works.
             if end is None or end >= len(segments) or any(a is not b for a, b in zip(segments[start:end], replaced)):
                 return False
-            cleaned.rename_with_suffix(SWAP_SUFFIX)
-            fsync_dir(self.directory, self.fs)
-            due = time.monotonic() + self.config.file_delete_delay_ms / 1000
-            for segment in replaced:
-                segment.rename_with_suffix(DELETED_SUFFIX)
-                self._pending_deletes.append((due, segment))
-            fsync_dir(self.directory, self.fs)
-            cleaned.rename_with_suffix("")
-            fsync_dir(self.directory, self.fs)
+            with self._io("swap of cleaned segments"):
+                cleaned.rename_with_suffix(SWAP_SUFFIX)
+                fsync_dir(self.directory, self.fs)
+                due = time.monotonic() + self.config.file_delete_delay_ms / 1000
+                for segment in replaced:
+                    segment.rename_with_suffix(DELETED_SUFFIX)
+                    self._pending_deletes.append((due, segment))
+                fsync_dir(self.directory, self.fs)
+                cleaned.rename_with_suffix("")
+                fsync_dir(self.directory, self.fs)
             self._set_segments(segments[:start] + [cleaned] + segments[end:])
         return True
 
@@ -681,37 +795,90 @@ class Log:
         with self._lock:
             due = [p for p in self._pending_deletes if all_now or p[0] <= now]
             self._pending_deletes = [p for p in self._pending_deletes if p not in due]
-        with self._group.idle():
+        with self._group.idle(), self._io("delete of old segments"):
             for _, segment in due:
                 segment.delete()
         return len(due)
 
     # -- lifecycle -----------------------------------------------------------------------
 
+    def _trim_epochs(self, *, end: int | None = None, start: int | None = None, clear: bool = False) -> None:
+        """Drop leader epochs at or past the log end, below the log start, or all; kept in memory only when
+        the checkpoint cannot be written (a full disk must not stop retention or an open): the file then
+        holds extra entries, which the next open drops again."""
+        cache = self.epoch_cache
+
+        def trim() -> None:
+            if clear:
+                cache.clear()
+            if end is not None:
+                cache.truncate_from_end(end)
+            if start is not None:
+                cache.truncate_from_start(start)
+        try:
+            trim()
+        except OSError as exc:
+            log.warning("%s: %s not rewritten (%s); its entries are trimmed in memory", self.directory,
+                        LEADER_EPOCH_CHECKPOINT, exc)
+            persist, cache.persist = cache.persist, False
+            try:
+                trim()
+            finally:
+                cache.persist = persist
+
     def _check_open(self) -> None:
         if self._closed:
             raise StorageError(f"log {self.directory} is closed")
+        self.dir_state.check()
+
+    @contextlib.contextmanager
+    def _io(self, what: str) -> Iterator[None]:
+        """Kafka's maybeHandleIOException: an I/O error inside takes the log dir offline."""
+        try:
+            yield
+        except OSError as exc:
+            raise write_failed(self.dir_state, f"{what} of {self.directory}", exc) from exc
 
     def close(self) -> None:
         """Flush, trim the indexes and close every file (a clean shutdown of this partition).
 
-        The files are closed even when the flush fails; the StorageError then
-        says the shutdown was not clean.
+        Nothing is written to an offline log dir. The files are closed even
+        when a step fails; the StorageError then says the shutdown was not
+        clean (the store writes no clean-shutdown marker for the dir). A
+        producer snapshot that a full disk refuses is not such a failure: a
+        clean open replays the log after an older one.
         """
         with self._lock:
             if self._closed:
                 return
+            failure: StorageError | None = None
             try:
-                with self._group.urgent():
-                    self.flush()
-                # At the log end, so the next open replays nothing.
-                self.producers.take_snapshot()
+                if self.dir_state.online:
+                    with self._group.urgent():
+                        with self._io("trim"):
+                            self.active_segment.cut_stray_bytes()
+                        self.flush()
+                    # At the log end, so the next open replays nothing.
+                    self._take_snapshot(sync=True)
+            except StorageError as exc:
+                failure = exc
             finally:
                 self._closed = True
                 self._group.close()
-                self.delete_expired_files(all_now=True)
+                try:
+                    self.delete_expired_files(all_now=True)
+                except (OSError, StorageError) as exc:
+                    failure = failure or write_failed(self.dir_state, f"delete of old segments of {self.directory}",
+                                                      exc)
                 for segment in self._segments:
-                    segment.close()
+                    try:
+                        segment.close()
+                    except StorageError as exc:
+                        failure = failure or exc
+            if failure is None and not self.dir_state.online:
+                failure = self.dir_state.error()
+            if failure is not None:
+                raise failure
 
     def delete(self) -> None:
         """Close and remove the whole directory."""

@@ -1,9 +1,17 @@
 """The background log cleaner of a LogManager, and the files it keeps in each log dir.
 
 `cleaner-offset-checkpoint` (Kafka's: where each compacted partition's next
-round starts) and `cleaner-state.json` (ours: the last round's figures, for
-`logstore cleaner`; Kafka ignores files it does not know in a log dir).
-The rounds themselves are `logstore.cleaner`.
+round starts) and `cleaner-state.json` (ours: the last round's figures and
+the uncleanable partitions, for `logstore cleaner`; Kafka ignores files it
+does not know in a log dir). The rounds themselves are `logstore.cleaner`.
+
+As Kafka's LogCleanerManager does, a partition whose round fails (a corrupt
+batch, a failed read) is marked uncleanable in its log dir: the failure is
+logged once, the partition is left out of every later round, and the other
+partitions go on being cleaned. The mark lasts until the store is opened
+again, or until the log no longer holds the segments it had when it failed
+(the partition deleted, truncated, or its old segments removed), when the
+partition is tried again.
 """
 from __future__ import annotations
 
@@ -14,12 +22,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint, write_atomically
 from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, log_to_clean
+from logstore.errors import LogStoreError
 from logstore.filesystem import OS, FileSystem
 from logstore.log import Log
+from logstore.segment import LogSegment
 
 log = logging.getLogger(__name__)
 
@@ -37,18 +48,49 @@ CLEANER_DEFAULTS: dict[str, object] = {
 }
 
 
+def _read_state(log_dir: str, fs: FileSystem) -> dict[str, dict[str, dict[str, Any]]]:
+    """`cleaner-state.json` of a log dir: {"logs": figures per partition, "uncleanable": marks per partition}."""
+    path = os.path.join(log_dir, CLEANER_STATE)
+    try:
+        doc = json.loads(fs.read_file(path).decode("utf-8"))
+    except FileNotFoundError:
+        return {"logs": {}, "uncleanable": {}}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CorruptCheckpointError(path, 1, str(exc)) from None
+    if not isinstance(doc, dict) or doc.get("version") != 0 or not isinstance(doc.get("logs"), dict) \
+            or not isinstance(doc.get("uncleanable", {}), dict):
+        raise CorruptCheckpointError(path, 1, "expected version 0 and logs")
+    return {"logs": doc["logs"], "uncleanable": doc.get("uncleanable", {})}
+
+
 def read_cleaner_state(log_dir: str, fs: FileSystem = OS) -> dict[str, dict[str, Any]]:
     """The last round's figures per partition (`<topic>-<partition>`) in one log dir ({} if none yet)."""
-    try:
-        doc = json.loads(fs.read_file(os.path.join(log_dir, CLEANER_STATE)).decode("utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, str(exc)) from None
-    if not isinstance(doc, dict) or doc.get("version") != 0 or not isinstance(doc.get("logs"), dict):
-        raise CorruptCheckpointError(os.path.join(log_dir, CLEANER_STATE), 1, "expected version 0 and logs")
-    logs: dict[str, dict[str, Any]] = doc["logs"]
-    return logs
+    return _read_state(log_dir, fs)["logs"]
+
+
+def read_uncleanable(log_dir: str, fs: FileSystem = OS) -> dict[str, dict[str, Any]]:
+    """The partitions (`<topic>-<partition>`) the running store's cleaner marked uncleanable in one log dir,
+    each with `since_ms` and `error`."""
+    return _read_state(log_dir, fs)["uncleanable"]
+
+
+@dataclass(frozen=True)
+class Uncleanable:
+    """A partition whose cleaning failed (Kafka's uncleanable partition): when, why, and which log and
+    inactive segments (with their sizes in bytes) it had then."""
+
+    since_ms: int
+    error: str
+    log: Log
+    segments: tuple[tuple[LogSegment, int], ...]
+
+    def holds(self, current: Log | None) -> bool:
+        """Whether the mark still holds for the partition's log now: the same log, still holding every segment
+        it failed on at the same size (new segments may have rolled since)."""
+        if current is not self.log or current.closed:
+            return False
+        now = current.segments
+        return all(size == segment.size and any(held is segment for held in now) for segment, size in self.segments)
 
 
 def read_cleaner_checkpoints(log_dir: str, fs: FileSystem = OS) -> dict[tuple[str, int], int]:
@@ -88,6 +130,11 @@ class LogCleaner:
         for log_dir in self._log_dirs:
             self.checkpoints.update(read_cleaner_checkpoints(log_dir, fs))
         self.last_stats: dict[tuple[str, int], CleanerStats] = {}
+        # Kafka's uncleanable partitions (per log dir, by each log's directory); guarded by _lock.
+        self._uncleanable: dict[tuple[str, int], Uncleanable] = {}
+        # A new store forgets the marks of the last one, as Kafka's restart does.
+        for log_dir in self._log_dirs:
+            self._write_state(log_dir)
         self.rounds = 0
         self._started = 0
         self._round_done = threading.Condition(self._lock)
@@ -136,14 +183,52 @@ class LogCleaner:
                 self._wake.wait(self._backoff_s)
                 self._wake.clear()
 
+    def uncleanable_partitions(self, log_dir: str | None = None) -> dict[tuple[str, int], Uncleanable]:
+        """The partitions marked uncleanable (in `log_dir`, or in every log dir); the size of one log dir's is
+        Kafka's `uncleanable-partitions-count`."""
+        with self._lock:
+            return {key: mark for key, mark in self._uncleanable.items()
+                    if log_dir is None or os.path.dirname(mark.log.directory) == os.path.abspath(log_dir)}
+
     def candidates(self) -> list[LogToClean]:
-        """Every compacted log with its sections now, filthiest first."""
+        """Every compacted log with its sections now, filthiest first (uncleanable partitions left out)."""
         now = self._clock()
         found = []
-        for key, target in sorted(self._logs().items()):
-            if target.config.compacts and not target.closed:
-                found.append(log_to_clean(target, self.checkpoints.get(key), now))
+        logs = self._logs()
+        self._forget_lifted(logs)
+        for key, target in sorted(logs.items()):
+            if target.config.compacts and not target.closed and key not in self._uncleanable:
+                try:
+                    found.append(log_to_clean(target, self.checkpoints.get(key), now))
+                except Exception as exc:  # noqa: BLE001 - any failure isolates this partition only, as in Kafka
+                    self._mark_uncleanable(target, exc)
         return sorted(found, key=lambda c: c.cleanable_ratio, reverse=True)
+
+    def _forget_lifted(self, logs: Mapping[tuple[str, int], Log]) -> None:
+        """Drop the marks of partitions deleted, truncated or rid of the segments they failed on."""
+        with self._lock:
+            lifted = [key for key, mark in self._uncleanable.items() if not mark.holds(logs.get(key))]
+            dirs = {os.path.dirname(self._uncleanable[key].log.directory) for key in lifted}
+            for key in lifted:
+                log.info("%s-%d may be cleaned again: its segments changed", *key)
+                del self._uncleanable[key]
+            for log_dir in dirs:
+                self._write_state(log_dir)
+
+    def _mark_uncleanable(self, target: Log, exc: Exception) -> None:
+        """Leave the partition out of later rounds, saying so once (Kafka's markPartitionUncleanable)."""
+        key = (target.topic, target.partition)
+        mark = Uncleanable(self._clock(), f"{type(exc).__name__}: {exc}", target,
+                           tuple((segment, segment.size) for segment in target.segments[:-1]))
+        with self._lock:
+            self._uncleanable[key] = mark
+            self._write_state(os.path.dirname(target.directory))
+        if isinstance(exc, (LogStoreError, OSError)):
+            # Damaged data or a failed read: the partition's, with nothing more for a traceback to tell.
+            log.error("cleaning %s-%d failed, marking it uncleanable (the other partitions go on): %s", *key,
+                      mark.error)
+        else:
+            log.exception("cleaning %s-%d failed, marking it uncleanable (the other partitions go on)", *key)
 
     def clean_filthiest(self) -> bool:
         """Clean the filthiest log that is due; False if none is."""
@@ -164,7 +249,14 @@ class LogCleaner:
         chosen = max(due, key=lambda c: (c.needs_compaction_now, c.cleanable_ratio))
         target = chosen.log
         key = (target.topic, target.partition)
-        stats = self._cleaner.clean(chosen)
+        try:
+            stats = self._cleaner.clean(chosen)
+        except CleaningAborted:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure isolates this partition only, as in Kafka
+            self._mark_uncleanable(target, exc)
+            # The next round starts at once: the others need not wait a backoff for this one.
+            return True
         with self._lock:
             self.checkpoints[key] = stats.end_offset
             self.last_stats[key] = stats
@@ -181,20 +273,30 @@ class LogCleaner:
                 if key in logs and os.path.dirname(logs[key].directory) == log_dir}
         OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT), self._fs).write(mine)
 
-    def _write_state(self, log_dir: str, name: str, stats: CleanerStats) -> None:
+    def _write_state(self, log_dir: str, name: str | None = None, stats: CleanerStats | None = None) -> None:
+        """Rewrite a log dir's `cleaner-state.json`: a round's figures (if given) and the uncleanable marks now.
+        The caller holds `_lock` (or is the constructor)."""
         try:
-            logs = read_cleaner_state(log_dir, self._fs)
+            state = _read_state(log_dir, self._fs)
         except CorruptCheckpointError:
-            logs = {}
-        previous = logs.get(name, {})
-        logs[name] = {"last_clean_ms": int(stats.finished * 1000),
-                      "duration_ms": int((stats.finished - stats.started) * 1000),
-                      "end_offset": stats.end_offset, "bytes_read": stats.bytes_read,
-                      "bytes_written": stats.bytes_written, "bytes_reclaimed": stats.bytes_reclaimed,
-                      "bytes_reclaimed_total": previous.get("bytes_reclaimed_total", 0) + stats.bytes_reclaimed,
-                      "records_read": stats.records_read, "records_kept": stats.records_kept,
-                      "keys_mapped": stats.keys_mapped, "rounds": previous.get("rounds", 0) + 1}
-        doc = {"version": 0, "logs": {n: logs[n] for n in sorted(logs)}}
+            state = {"logs": {}, "uncleanable": {}}
+        logs = state["logs"]
+        if name is not None and stats is not None:
+            previous = logs.get(name, {})
+            logs[name] = {"last_clean_ms": int(stats.finished * 1000),
+                          "duration_ms": int((stats.finished - stats.started) * 1000),
+                          "end_offset": stats.end_offset, "bytes_read": stats.bytes_read,
+                          "bytes_written": stats.bytes_written, "bytes_reclaimed": stats.bytes_reclaimed,
+                          "bytes_reclaimed_total": previous.get("bytes_reclaimed_total", 0) + stats.bytes_reclaimed,
+                          "records_read": stats.records_read, "records_kept": stats.records_kept,
+                          "keys_mapped": stats.keys_mapped, "rounds": previous.get("rounds", 0) + 1}
+        marks = {f"{key[0]}-{key[1]}": {"since_ms": mark.since_ms, "error": mark.error}
+                 for key, mark in self._uncleanable.items() if os.path.dirname(mark.log.directory) == log_dir}
+        if name is None and marks == state["uncleanable"]:
+            return
+        doc: dict[str, Any] = {"version": 0, "logs": {n: logs[n] for n in sorted(logs)}}
+        if marks:
+            doc["uncleanable"] = {n: marks[n] for n in sorted(marks)}
         write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"), fsync=False,
                          fs=self._fs)
 

@@ -7,6 +7,19 @@ is seen as unclean. Closing flushes every log, writes the checkpoints and
 then the marker. Topic names follow Kafka's rule, which also keeps every
 path inside the data directory.
 
+A log dir is the unit of failure, as in Kafka: an I/O error on its write
+path takes it offline (`dir_failures`, log_dir_failures.py), after which
+`log()` answers its partitions with KAFKA_STORAGE_ERROR, nothing more is
+written there, and `close` writes no clean-shutdown marker for it; the
+marker is written only for a dir whose every log flush and checkpoint of
+the close succeeded, so one a full disk kept from them is recovered on the
+next open. A full disk costs no dir: it fails the calls that need space
+(a checkpoint keeps its old file, which only makes a crash scan more). A
+topic creation that fails part-way removes what it made, so no directory
+of a topic the store does not have is left; a topic's directories are
+renamed for deletion under Kafka's name (`filenames.delete_dir_name`),
+which fits 255 bytes for any legal topic name.
+
 Topic config overrides persist in `topic-configs` (see `logstore.topics`).
 A directory Kafka wrote is opened as Kafka left it: `__cluster_metadata-0`
 is read, never loaded as a partition (see `logstore.kafka_metadata`), and
@@ -17,7 +30,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -46,16 +58,21 @@ from logstore.errors import (
     InvalidPartitionsError,
     InvalidTopicError,
     StorageError,
+    StorageIOError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from logstore.filenames import parse_partition_dir, partition_dir_name
+
+# DELETE_DIR is re-exported: logstore.reader finds the directories being deleted with it.
+from logstore.filenames import DELETE_DIR as DELETE_DIR
+from logstore.filenames import delete_dir_name, is_delete_dir, parse_partition_dir, partition_dir_name
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.kafka_metadata import METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata, record_applied
 from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
 from logstore.log import Log
 from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
+from logstore.log_dir_failures import LogDirFailureChannel, write_failed
 from logstore.topics import (
     TOPIC_CONFIGS_FILE,
     encode_topic_configs,
@@ -69,7 +86,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-DELETE_DIR = re.compile(r".+\.[0-9a-f]{32}-delete$")
 # Kafka's intervals for the background jobs (broker config names).
 SCHEDULE_DEFAULTS = {
     "log.retention.check.interval.ms": 300_000,
@@ -161,6 +177,8 @@ class LogManager:
         self._scheduler: threading.Thread | None = None
         self._closed = False
         self.reports: list[RecoveryReport | None] = []
+        # Kafka's LogDirFailureChannel: an I/O error takes a whole log dir offline (log_dir_failures.py).
+        self.dir_failures = LogDirFailureChannel(self.log_dirs)
         self._dir_locks: list[DirLock] = []
         try:
             for d in self.log_dirs:
@@ -194,7 +212,7 @@ class LogManager:
                 path = os.path.join(log_dir, name)
                 if not self.fs.isdir(path):
                     continue
-                if DELETE_DIR.fullmatch(name):
+                if is_delete_dir(name):
                     self.fs.rmtree(path)
                     continue
                 key = partition_key(name)
@@ -255,7 +273,13 @@ class LogManager:
         # on disk, it would come back as the config of a later topic of that name.
         kept = {t: o for t, o in stored.items() if t in present}
         if kept != stored:
-            self._store_topic_configs(kept)
+            try:
+                self._store_topic_configs(kept)
+            except StorageError as exc:
+                # A full disk must not stop a start: the stale entries are dropped again at the next one.
+                log.warning("%s not rewritten (%s); entries without directories dropped in memory",
+                            TOPIC_CONFIGS_FILE, exc)
+                self._stored_overrides = kept
 
     def _apply_kafka_metadata(self, metadata: KafkaMetadata) -> None:
         # Once per state of the metadata log: an override changed here since is not brought back.
@@ -294,10 +318,9 @@ class LogManager:
 
     def _open_log(self, path: str, config: LogConfig, **kwargs: Unpack[_OpenOptions]) -> Log:
         opened = Log.open(path, config, fmt=self.format, fs=self.fs,
-                          producer_id_expiration_ms=int(self.settings["producer.id.expiration.ms"]), **kwargs)
-        # Kafka rewrites the checkpoint at once: a stale recovery point above a truncation
-        # would let a crash skip the scan of what is appended there next.
-        opened.on_truncated = lambda _: self.checkpoint()
+                          producer_id_expiration_ms=int(self.settings["producer.id.expiration.ms"]),
+                          dir_state=self.dir_failures.state(os.path.dirname(path)), **kwargs)
+        opened.on_truncated = self._checkpoint_after_truncation
         return opened
 
     def _load_one(self, log_dir: str, path: str, key: tuple[str, int], clean: bool, recovery_point: int,
@@ -377,7 +400,11 @@ class LogManager:
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, topic_id: bytes | None = None) -> TopicInfo:
-        """Create `partitions` empty partition directories with a fresh topic id."""
+        """Create `partitions` empty partition directories with a fresh topic id.
+
+        All or nothing: a creation that fails part-way (no space, no descriptors left) removes what it
+        made and raises StorageError, so no directory of a topic the store does not have is left behind.
+        """
         validate_topic_name(name)
         if partitions < 1:
             raise InvalidPartitionsError(f"a topic needs at least one partition, got {partitions}")
@@ -387,30 +414,77 @@ class LogManager:
                 raise TopicExistsError(f"topic {name!r} already exists")
             overrides = topic_level(config or {}, self.default_config)
             topic_config = self._base_config(name).with_overrides(overrides)
-            # Written before the directories, so no directory of the topic is ever seen without its config.
-            if overrides or name in self._stored_overrides:
-                stored = {t: o for t, o in self._stored_overrides.items() if t != name}
-                self._store_topic_configs({**stored, name: overrides} if overrides else stored)
-            self._given_overrides.pop(name, None)
-            topic_id = topic_id or uuid.uuid4().bytes
-            self._topic_ids[name] = topic_id
-            self._add_partitions(name, range(partitions), topic_id, topic_config)
+            before = self._stored_overrides
+            try:
+                # Written before the directories, so no directory of the topic is ever seen without its config.
+                if overrides or name in self._stored_overrides:
+                    stored = {t: o for t, o in self._stored_overrides.items() if t != name}
+                    self._store_topic_configs({**stored, name: overrides} if overrides else stored)
+                self._given_overrides.pop(name, None)
+                topic_id = topic_id or uuid.uuid4().bytes
+                self._topic_ids[name] = topic_id
+                self._add_partitions(name, range(partitions), topic_id, topic_config)
+            except BaseException:
+                self._topic_ids.pop(name, None)
+                self._restore_topic_configs(before)
+                raise
             return TopicInfo(name, topic_id, partitions, topic_config)
+
+    def _restore_topic_configs(self, before: dict[str, dict[str, Any]]) -> None:
+        """After a failed create: the overrides as they were (in memory at least: an entry left on disk
+        without directories is dropped at the next open)."""
+        if self._stored_overrides == before:
+            return
+        try:
+            self._store_topic_configs(before)
+        except (OSError, StorageError) as exc:
+            log.warning("%s not rewritten after a failed create (%s); the next open drops the entry",
+                        TOPIC_CONFIGS_FILE, exc)
+            self._stored_overrides = before
 
     def _add_partitions(self, name: str, partitions: Iterable[int], topic_id: bytes, config: LogConfig) -> None:
         # Published together: `topics()` reads without the lock, and a partial partition count
         # would send keys hashed over it (group and transactional ids) to the wrong partition.
         opened: dict[tuple[str, int], Log] = {}
-        for partition in partitions:
-            path = os.path.join(self._least_loaded_dir(opened), partition_dir_name(name, partition))
-            self.fs.makedirs(path)
-            write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, self.fs)
-            opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
-        # The new directories' names are durable before the topic is: a power cut cannot take it back.
-        for log_dir in sorted({os.path.dirname(o.directory) for o in opened.values()}):
-            self.fs.fsync_dir(log_dir)
+        made: list[str] = []
+        try:
+            for partition in partitions:
+                path = os.path.join(self._least_loaded_dir(opened), partition_dir_name(name, partition))
+                self.fs.makedirs(path)
+                made.append(path)
+                write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, self.fs)
+                opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
+            # The new directories' names are durable before the topic is: a power cut cannot take it back.
+            for log_dir in sorted({os.path.dirname(o.directory) for o in opened.values()}):
+                self.fs.fsync_dir(log_dir)
+        except BaseException as exc:
+            self._remove_partitions(list(opened.values()), made)
+            if isinstance(exc, OSError):
+                raise StorageIOError(f"partitions of topic {name!r} not created ({len(made)} made, then: {exc}); "
+                                     "what was made is removed", exc, intact=True) from exc
+            raise
         self._logs.update(opened)
         self.topics_version += 1
+
+    def _remove_partitions(self, opened: list[Log], made: list[str]) -> None:
+        """Undo a failed `_add_partitions`: close the logs (freeing their descriptors first), remove every
+        directory it made, and make that durable; a directory that stays takes its log dir offline."""
+        for partial in opened:
+            try:
+                partial.delete()
+            except (OSError, StorageError) as exc:
+                log.warning("%s: %s", partial.directory, exc)
+        for path in made:
+            self.fs.rmtree(path)
+        for log_dir in sorted({os.path.dirname(p) for p in made}):
+            left = [p for p in made if os.path.dirname(p) == log_dir and self.fs.exists(p)]
+            try:
+                self.fs.fsync_dir(log_dir)
+                if left:
+                    raise OSError(f"cannot remove {', '.join(left)}")
+            except OSError as exc:
+                # Left there, it would come back after a restart as a topic no one created.
+                self.dir_failures.state(log_dir).fail("removal of a failed topic creation", exc)
 
     def create_partitions(self, name: str, total: int) -> None:
         """Grow a topic to `total` partitions."""
@@ -463,11 +537,20 @@ class LogManager:
                 self.topics_version += 1
                 # Kafka aborts cleaning first: a round must not read files being removed.
                 with self.cleaner.paused():
-                    doomed.close()
-                renamed = f"{doomed.directory}.{uuid.uuid4().hex}-delete"
-                self.fs.rename(doomed.directory, renamed)
-                # As Kafka's renameDir: the rename is durable before the files go.
-                self.fs.fsync_dir(os.path.dirname(renamed))
+                    try:
+                        doomed.close()
+                    except StorageError as exc:
+                        # Its files go anyway: what it could not flush is not wanted.
+                        log.warning("%s: closed for deletion: %s", doomed.directory, exc)
+                log_dir = os.path.dirname(doomed.directory)
+                renamed = os.path.join(log_dir, delete_dir_name(*key))
+                try:
+                    self.fs.rename(doomed.directory, renamed)
+                    # As Kafka's renameDir: the rename is durable before the files go.
+                    self.fs.fsync_dir(log_dir)
+                except OSError as exc:
+                    raise write_failed(self.dir_failures.state(log_dir), f"rename of {doomed.directory} for "
+                                       "deletion", exc) from exc
                 self.fs.rmtree(renamed)
             self._topic_ids.pop(name, None)
             self._given_overrides.pop(name, None)
@@ -496,11 +579,14 @@ class LogManager:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}") from None
 
     def log(self, topic: str, partition: int = 0) -> Log:
-        """The partition log."""
+        """The partition log; LogDirOfflineError (KAFKA_STORAGE_ERROR) for one in an offline log dir, as
+        Kafka's replica manager answers every request for an offline partition."""
         try:
-            return self._logs[(topic, partition)]
+            found = self._logs[(topic, partition)]
         except KeyError:
             raise UnknownTopicOrPartitionError(f"unknown partition {topic}-{partition}") from None
+        found.dir_state.check()
+        return found
 
     def logs(self) -> dict[tuple[str, int], Log]:
         """Every open partition."""
@@ -509,14 +595,58 @@ class LogManager:
     # -- background work -----------------------------------------------------------------
 
     def checkpoint(self) -> None:
-        """Write the recovery-point and log-start-offset checkpoints of every log dir."""
+        """Write the recovery-point and log-start-offset checkpoints of every online log dir.
+
+        Raises StorageError, once every dir was tried, if one could not be written: a full disk leaves
+        the old files (a lower recovery point only makes a crash scan more), anything else takes the
+        dir offline.
+        """
+        failure: StorageError | None = None
         with self._lock:
             for log_dir in self.log_dirs:
-                mine = {k: v for k, v in self._logs.items() if os.path.dirname(v.directory) == log_dir}
-                OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), self.fs).write(
-                    {k: v.recovery_point for k, v in mine.items()})
-                OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT), self.fs).write(
-                    {k: v.log_start_offset for k, v in mine.items()})
+                if not self.dir_failures.state(log_dir).online:
+                    continue
+                try:
+                    self._checkpoint_dir(log_dir)
+                except StorageError as exc:
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
+
+    def _checkpoint_dir(self, log_dir: str) -> None:
+        mine = {k: v for k, v in self._logs.items() if os.path.dirname(v.directory) == log_dir}
+        try:
+            OffsetCheckpoint(os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT), self.fs).write(
+                {k: v.recovery_point for k, v in mine.items()})
+            OffsetCheckpoint(os.path.join(log_dir, LOG_START_OFFSET_CHECKPOINT), self.fs).write(
+                {k: v.log_start_offset for k, v in mine.items()})
+        except OSError as exc:
+            raise write_failed(self.dir_failures.state(log_dir), f"checkpoint in {log_dir}", exc) from exc
+
+    def _checkpoint_after_truncation(self, truncated: Log) -> None:
+        """Kafka rewrites the checkpoint at once: a stale recovery point above a truncation would let a crash
+        skip the scan of what is appended there next. When it cannot be written, the old file goes (a
+        crash then scans the whole dir); when that fails too, the dir goes offline."""
+        log_dir = os.path.dirname(truncated.directory)
+        state = self.dir_failures.state(log_dir)
+        try:
+            with self._lock:
+                state.check()
+                self._checkpoint_dir(log_dir)
+        except StorageError as exc:
+            if not state.online:
+                return
+            path = os.path.join(log_dir, RECOVERY_POINT_CHECKPOINT)
+            try:
+                self.fs.unlink(path)
+                self.fs.fsync_dir(log_dir)
+            except FileNotFoundError:
+                pass
+            except OSError as unlink_exc:
+                state.fail(f"removal of the stale {path}", unlink_exc)
+                return
+            log.warning("%s: not rewritten after a truncation of %s (%s); removed, so a crash scans every log "
+                        "of the dir", path, truncated.directory, exc)
 
     def run_retention(self, now_ms: int | None = None) -> int:
         """One retention pass over every log; returns the segments deleted."""
@@ -560,7 +690,12 @@ class LogManager:
             raise StorageError("the log manager is closed")
 
     def close(self) -> None:
-        """Clean shutdown: flush and close every log, write checkpoints, then the clean-shutdown marker."""
+        """Clean shutdown: flush and close every log, write the checkpoints, then the clean-shutdown marker of
+        each log dir where all of that worked.
+
+        An offline dir gets nothing written. Everything is closed either way; then StorageError is raised
+        if some dir was not closed cleanly (a full disk, an I/O error): the next open recovers it.
+        """
         with self._lock:
             if self._closed:
                 return
@@ -577,15 +712,29 @@ class LogManager:
                     opened.close()
                 except StorageError as exc:
                     unclean.setdefault(os.path.dirname(opened.directory), exc)
-            self.checkpoint()
-            # A directory holding a log that failed to flush is recovered on the next open.
             for log_dir in self.log_dirs:
-                if log_dir not in unclean:
-                    write_clean_shutdown_marker(log_dir, fs=self.fs)
+                state = self.dir_failures.state(log_dir)
+                if not state.online:
+                    unclean.setdefault(log_dir, state.error())
+                    continue
+                try:
+                    self._checkpoint_dir(log_dir)
+                    # A directory holding a log that failed to flush is recovered on the next open.
+                    if log_dir not in unclean:
+                        write_clean_shutdown_marker(log_dir, fs=self.fs)
+                except StorageError as exc:
+                    unclean.setdefault(log_dir, exc)
         finally:
             self._release_dirs()
+        for log_dir, why in unclean.items():
+            log.warning("log dir %s not closed cleanly, the next start recovers it: %s", log_dir, why)
         if unclean:
             raise next(iter(unclean.values()))
+
+    @property
+    def offline_dirs(self) -> list[str]:
+        """The log dirs an I/O error took offline (their partitions answer KAFKA_STORAGE_ERROR)."""
+        return self.dir_failures.offline_dirs
 
     def _release_dirs(self) -> None:
         for held in self._dir_locks:

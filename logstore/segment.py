@@ -4,20 +4,37 @@ The `.log` is written with pwrite at its end (new files written
 through an mmap measured 3-4x slower here) and read with pread, so any
 number of readers can share the descriptor with the one writer. Batch bytes
 are only ever looked at through the format (`peek_entry`, `iter_entries`).
+
+The segment's `size` is its logical end, not the file's length: it bounds
+every read and places the next append. A write that fails part-way (a full
+disk takes what fits, then refuses) leaves stray bytes past it, which the
+failed append cuts back before it raises (`StorageIOError`, `intact` if the
+cut worked); `cut_stray_bytes` trims whatever is left before a clean close,
+as Kafka's FileRecords trims on close, since a reopen after a clean shutdown
+trusts the file's length.
 """
 from __future__ import annotations
 
+import errno
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
-from logstore.errors import CorruptRecordError
+from logstore.errors import CorruptRecordError, StorageError, StorageIOError
 from logstore.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX, offset_path
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
-from logstore.index import DEFAULT_MAX_INDEX_SIZE, CorruptIndexError, OffsetIndex, TimeIndex, TxnIndex
+from logstore.index import (
+    DEFAULT_MAX_INDEX_SIZE,
+    CorruptIndexError,
+    IndexAccessError,
+    OffsetIndex,
+    TimeIndex,
+    TxnIndex,
+)
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -26,8 +43,12 @@ if TYPE_CHECKING:
 
 __all__ = ["FileSlice", "LogSegment", "OffsetPosition"]
 
+log = logging.getLogger(__name__)
+
 # Reads walk batch headers a chunk at a time rather than one pread per header.
 SCAN_CHUNK = 8 * 1024
+# Where an in-memory index's anonymous file is reached (a descriptor's name, not a path on disk).
+_MEMORY_INDEX = "/proc/self/fd/"
 
 
 class HasBaseOffset(Protocol):
@@ -159,14 +180,21 @@ class LogSegment:
         return _memory_index(index_type, self.base_offset, self.max_index_size)
 
     def use_memory_indexes(self) -> None:
-        """A read-only segment: set its offset and time index files aside for empty in-memory ones,
-        which `recover` fills (the read-only loader's rebuild of a missing or corrupt index)."""
-        if self.writable:
-            raise ValueError("a writable segment rebuilds its index files in place")
+        """Set the offset and time index files aside for empty in-memory ones, which `recover` fills.
+
+        What the read-only loader does for a missing or corrupt index; and what a writable segment does
+        when a full disk cannot take its index files (a page of the sparse preallocated file cannot be
+        had): it removes them, so no stale index outlives this run and the next open rebuilds them.
+        """
         for name in ("offset_index", "time_index"):
             old = getattr(self, name)
             setattr(self, name, _memory_index(type(old), self.base_offset, self.max_index_size))
             old.close(trim=False)
+            if self.writable and not _in_memory(old):
+                try:
+                    self.fs.unlink(old.path)
+                except FileNotFoundError:
+                    pass
         self.indexes_writable = True
         self._max_ts = None
 
@@ -223,26 +251,81 @@ class LogSegment:
         `data`, in order. As in current Kafka, every batch boundary may take
         an index entry (once `index.interval.bytes` have passed since the
         last), not just the start of each append.
+
+        A write or index entry that fails raises `StorageIOError`: the bytes
+        it put past the end are cut back first, and its `intact` says whether
+        that worked (the segment is then exactly as before the call).
         """
         position = self.size
         view = memoryview(data)
         written = 0
-        # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
-        while written < len(view):
-            written += self.fs.pwrite(self.fd, view[written:], position + written)
-        # Indexed only once the bytes are written: an entry never points past the end.
-        batch_position = position
-        for size, last_offset, max_timestamp in batches:
-            self._merge_max_timestamp(max_timestamp, last_offset)
-            if self.bytes_since_last_index_entry > self.index_interval_bytes:
-                self.offset_index.append(last_offset, batch_position)
-                # Not None: `_merge_max_timestamp` above read it through `max_timestamp_and_offset`.
-                self.time_index.maybe_append(*self._max_ts)  # type: ignore[misc]
-                self.bytes_since_last_index_entry = 0
-            batch_position += size
-            self.bytes_since_last_index_entry += size
+        index_state = (self._max_ts, self.bytes_since_last_index_entry)
+        try:
+            # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
+            while written < len(view):
+                written += self.fs.pwrite(self.fd, view[written:], position + written)
+            # Indexed only once the bytes are written: an entry never points past the end.
+            batch_position = position
+            for size, last_offset, max_timestamp in batches:
+                self._merge_max_timestamp(max_timestamp, last_offset)
+                if self.bytes_since_last_index_entry > self.index_interval_bytes:
+                    self.offset_index.append(last_offset, batch_position)
+                    # Not None: `_merge_max_timestamp` above read it through `max_timestamp_and_offset`.
+                    self.time_index.maybe_append(*self._max_ts)  # type: ignore[misc]
+                    self.bytes_since_last_index_entry = 0
+                batch_position += size
+                self.bytes_since_last_index_entry += size
+        except (OSError, StorageError) as exc:
+            intact = self._undo_append(position, batches[0][1] if batches else None, index_state)
+            space = isinstance(exc, StorageError) and self.is_full_disk_fault(exc)
+            if isinstance(exc, StorageError) and not space:
+                raise   # an index cut under its map: typed already, and not the disk being full
+            raise _append_error(self.log_path, exc, intact, space) from exc
         self.size += written
         return position
+
+    def _undo_append(self, position: int, first_last_offset: int | None,
+                     index_state: tuple[tuple[int, int] | None, int]) -> bool:
+        """After a failed append: drop its index entries and cut its bytes; whether the segment is as before."""
+        self._max_ts, self.bytes_since_last_index_entry = index_state
+        try:
+            if first_last_offset is not None:
+                # The append's entries are the only ones at or above its first batch's last offset.
+                self.offset_index.truncate_to(first_last_offset)
+                self.time_index.truncate_to(first_last_offset)
+            self.fs.truncate(self.fd, position)
+        except (OSError, StorageError) as exc:
+            log.error("%s: cannot cut a failed append back to byte %d: %s", self.log_path, position, exc)
+            return False
+        return True
+
+    def is_full_disk_fault(self, exc: BaseException) -> bool:
+        """Whether `exc` is a full disk: an ENOSPC, or an index map fault on files as long as their maps (the
+        file system could not allocate a page of the sparse preallocated file), not on a file cut under
+        its map."""
+        if isinstance(exc, OSError):
+            return exc.errno == errno.ENOSPC
+        if not isinstance(exc, IndexAccessError):
+            return False
+        for index in (self.offset_index, self.time_index):
+            if _in_memory(index):
+                return False
+            try:
+                fd = self.fs.open(index.path, os.O_RDONLY)
+            except OSError:
+                return False
+            try:
+                if self.fs.size(fd) < index.length:
+                    return False
+            finally:
+                self.fs.close(fd)
+        return True
+
+    def cut_stray_bytes(self) -> None:
+        """Cut anything past the segment's logical end (what a failed append could not cut back), as Kafka's
+        FileRecords trims on close: a reopen trusts the file's length."""
+        if self.writable and self.fs.size(self.fd) > self.size:
+            self.fs.truncate(self.fd, self.size)
 
     def _merge_max_timestamp(self, timestamp: int, offset: int) -> tuple[int, int]:
         current = self.max_timestamp_and_offset
@@ -381,7 +464,26 @@ class LogSegment:
         segment only checks: it rebuilds in-memory indexes, keeps index files
         (their entries past the cut are ignored) and ends at the cut without
         truncating the file.
+
+        A writable segment whose index files a full disk cannot take (a page
+        of the sparse file cannot be had) goes on with in-memory indexes
+        (`use_memory_indexes`: its files are removed, the next open rebuilds
+        them), so a start on a full disk is not stopped by it; `on_batch`
+        still sees each entry once.
         """
+        try:
+            return self._recover(on_batch, 0)
+        except _IndexWriteFailed as failed:
+            if not (self.writable and self.is_full_disk_fault(failed.cause)):
+                raise failed.cause from None
+            log.warning("%s: no space for the rebuilt indexes (%s); they are kept in memory until the next open",
+                        self.log_path, failed.cause)
+            self.use_memory_indexes()
+            return self._recover(on_batch, failed.replayed_to)
+
+    def _recover(self, on_batch: Callable[[Entry], None] | None,
+                 replayed_to: int) -> tuple[int, CorruptRecordError | None]:
+        """`recover`, where `on_batch` already saw the entries before byte `replayed_to`."""
         rebuild = self.indexes_writable
         if rebuild:
             self.reset_indexes()
@@ -420,7 +522,7 @@ class LogSegment:
                         f"entry offset {last} does not follow {previous_last} "
                         f"in segment {base}", entry.position)
                     break
-                if on_batch is not None:
+                if on_batch is not None and entry.position >= replayed_to:
                     on_batch(entry)
                 # The index rule of recovery (Kafka's LogSegment.recover), inline: this loop runs per batch.
                 # With `bulk` every entry is a v2 batch header, which has the max timestamp itself.
@@ -429,10 +531,13 @@ class LogSegment:
                 if timestamp > max_ts[0]:
                     max_ts = (timestamp, last)
                 if rebuild and valid - last_index_position > interval:
-                    append_offset(last, valid)
-                    if max_ts[0] > indexed_ts:
-                        append_time(max_ts[0], max_ts[1], False)
-                        indexed_ts = max_ts[0]
+                    try:
+                        append_offset(last, valid)
+                        if max_ts[0] > indexed_ts:
+                            append_time(max_ts[0], max_ts[1], False)
+                            indexed_ts = max_ts[0]
+                    except (OSError, StorageError) as exc:
+                        raise _IndexWriteFailed(entry.position + entry.size_in_bytes, exc) from exc
                     last_index_position = valid
                 previous_last = last
                 valid = entry.position + entry.size_in_bytes
@@ -456,7 +561,10 @@ class LogSegment:
             # them needs the producer state replayed through `on_batch`.
             self.txn_index.truncate_to(previous_last + 1)
         if rebuild:
-            self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
+            try:
+                self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
+            except (OSError, StorageError) as exc:
+                raise _IndexWriteFailed(valid, exc) from exc
         self.bytes_since_last_index_entry = valid - last_index_position
         return truncated, error
 
@@ -499,16 +607,31 @@ class LogSegment:
         return first and count > 0
 
     def close(self) -> None:
-        """Close the files; a writable segment first gets its closing time entry and trimmed indexes."""
+        """Close the files; a writable segment first gets its closing time entry and trimmed indexes.
+
+        The files are closed even when that fails; the error (a `StorageIOError` for an `OSError`) is then
+        raised, and says the segment was not closed cleanly.
+        """
         if self.fd < 0:
             return
-        if self.writable:
-            self.on_becoming_inactive()
-        self.offset_index.close(trim=self.writable)
-        self.time_index.close(trim=self.writable)
-        self.txn_index.close()
+        failure: BaseException | None = None
+        steps: list[Callable[[], object]] = [
+            self.on_becoming_inactive if self.writable else (lambda: None),
+            lambda: self.offset_index.close(trim=self.writable),
+            lambda: self.time_index.close(trim=self.writable),
+            self.txn_index.close,
+        ]
+        for step in steps:
+            try:
+                step()
+            except (OSError, StorageError) as exc:
+                failure = failure or exc
         self.fs.close(self.fd)
         self.fd = -1
+        if failure is not None:
+            if isinstance(failure, OSError) and not isinstance(failure, StorageError):
+                raise StorageIOError(f"closing {self.log_path} failed: {failure}", failure) from failure
+            raise failure
 
     def rename_with_suffix(self, suffix: str) -> None:
         """Give every file of the segment the suffix `suffix` in place of its current one (`.deleted`
@@ -516,8 +639,9 @@ class LogSegment:
         new = offset_path(self.directory, self.base_offset, LOG_SUFFIX + suffix)
         self.fs.rename(self.log_path, new)
         self.log_path = new
-        self.offset_index.rename(offset_path(self.directory, self.base_offset, INDEX_SUFFIX + suffix))
-        self.time_index.rename(offset_path(self.directory, self.base_offset, TIME_INDEX_SUFFIX + suffix))
+        for index, kind in ((self.offset_index, INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX)):
+            if not _in_memory(index):   # an index a full disk kept in memory has no file to rename
+                index.rename(offset_path(self.directory, self.base_offset, kind + suffix))
         self.txn_index.rename(offset_path(self.directory, self.base_offset, TXN_INDEX_SUFFIX + suffix))
 
     def delete(self) -> None:
@@ -538,13 +662,35 @@ class LogSegment:
         return f"LogSegment(base_offset={self.base_offset}, size={self.size})"
 
 
+class _IndexWriteFailed(Exception):
+    """An index entry of a rebuild could not be written; `on_batch` saw the entries before `replayed_to`."""
+
+    def __init__(self, replayed_to: int, cause: OSError | StorageError):
+        super().__init__(str(cause))
+        self.replayed_to = replayed_to
+        self.cause = cause
+
+
+def _append_error(path: str, exc: BaseException, intact: bool, index_space: bool) -> StorageIOError:
+    """What a failed append raises: an index map fault on a full disk reads as the ENOSPC it is."""
+    cause = (OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path) if index_space
+             else exc if isinstance(exc, OSError) else None)
+    what = f"append to {path} failed: {exc}"
+    return StorageIOError(what if intact else f"{what}; its bytes could not be cut back", cause, intact=intact)
+
+
+def _in_memory(index: OffsetIndex | TimeIndex) -> bool:
+    """Whether `index` is one of `_memory_index`'s, in an anonymous file."""
+    return index.path.startswith(_MEMORY_INDEX)
+
+
 def _memory_index(index_type: type[_Index], base_offset: int, max_index_size: int) -> _Index:
     """An empty index of `index_type` in an anonymous file: built and searched like the real one,
     never on disk."""
     fd = os.memfd_create(f"logstore-{base_offset}{index_type.__name__}", os.MFD_CLOEXEC)
     try:
         # The index opens its own descriptor of the same anonymous file.
-        index = index_type(f"/proc/self/fd/{fd}", base_offset, max_index_size, writable=True)
+        index = index_type(f"{_MEMORY_INDEX}{fd}", base_offset, max_index_size, writable=True)
     finally:
         os.close(fd)
     index.reset()

@@ -126,9 +126,11 @@ cdef uint32_t _crc_of(object obj, Py_ssize_t start, Py_ssize_t stop):
 
 cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t n,
                                  Py_ssize_t pos, Py_ssize_t base_position, bint verify_crc,
-                                 bint semantic=True):
+                                 bint semantic=True, bint count_fits=True):
     """Bounds, magic and length of the batch at `pos`; with `semantic`, also
-    the CRC (when asked), codec, counts and producer fields."""
+    the CRC (when asked), codec, counts and producer fields. `count_fits`
+    refuses an uncompressed batch whose recordCount its bytes cannot hold
+    (a caller that walks the records anyway finds that out record by record)."""
     cdef Py_ssize_t remaining = n - pos
     if pos < 0 or remaining < HEADER_SIZE:
         raise CorruptRecordError(
@@ -164,7 +166,8 @@ cdef BatchHeader _checked_header(object obj, const unsigned char* p, Py_ssize_t 
     if h.last_offset_delta < 0:
         raise InvalidRecordError(f"negative last offset delta {h.last_offset_delta}",
                                  base_position + pos + LAST_OFFSET_DELTA_AT)
-    if (h.attributes & CODEC_MASK) == 0 and h.record_count > (length - MIN_BATCH_LENGTH) // MIN_RECORD_SIZE:
+    if (count_fits and (h.attributes & CODEC_MASK) == 0
+            and h.record_count > (length - MIN_BATCH_LENGTH) // MIN_RECORD_SIZE):
         raise CorruptRecordError(
             f"record count {h.record_count} cannot fit in {length - MIN_BATCH_LENGTH} bytes of records",
             base_position + pos + RECORD_COUNT_AT)

@@ -87,6 +87,8 @@ cdef extern from "records.h":
                                           int64_t* out) noexcept nogil
     int _parse_record "ls_parse_record" (const unsigned char* p, Py_ssize_t pos, Py_ssize_t end,
                                          RawRecord* r, ParseError* e) noexcept nogil
+    int _check_delta "ls_check_delta" (const RawRecord* r, int32_t* prev, int32_t last_delta, Py_ssize_t pos,
+                                       ParseError* e) noexcept nogil
 
 DEF SLOT_BYTES = 20
 DEF DIGEST_BYTES = 16
@@ -181,6 +183,26 @@ cdef class _Batch:
     cdef raise_parse(self, ParseError* e):
         where = self.pos if self.owner is not None else e.position
         raise InvalidRecordError(e.message.decode(), where)
+
+    cdef inline int next_record(self, Py_ssize_t* rpos, int32_t* prev, RawRecord* r, ParseError* e) noexcept nogil:
+        """Parse the record at `rpos` and move past it: 0, or -1 with `e` set. Offset deltas must rise within
+        lastOffsetDelta, as the validator requires of a produced batch, so that no record of a batch that lies
+        about its offsets goes into the map or out of the filter."""
+        cdef Py_ssize_t at = rpos[0]
+        if _parse_record(self.records, at, self.end, r, e) != 0:
+            return -1
+        if _check_delta(r, prev, <int32_t>(self.last_offset - self.base_offset), at, e) != 0:
+            return -1
+        rpos[0] = r.end
+        return 0
+
+    cdef inline int check_end(self, Py_ssize_t rpos, ParseError* e) noexcept nogil:
+        """0 if the records read fill the batch, as its count says they do; -1 with `e` set if bytes remain."""
+        if rpos != self.end:
+            e.message = "Incorrect declared batch size, records still remaining in file"
+            e.position = rpos
+            return -1
+        return 0
 
 
 cdef extern from *:
@@ -339,6 +361,7 @@ cdef class OffsetMap:
         cdef int full = 0
         cdef Py_ssize_t n = 0, k
         cdef Py_ssize_t rpos = batch.start
+        cdef int32_t prev = -1
         cdef const unsigned char* p = batch.records
         cdef Pending* q
         try:
@@ -346,10 +369,9 @@ cdef class OffsetMap:
             with nogil:
                 # Hash every key first, prefetching its home slot, so the probes below find them cached.
                 for i in range(batch.count):
-                    rc = _parse_record(p, rpos, batch.end, &r, &e)
+                    rc = batch.next_record(&rpos, &prev, &r, &e)
                     if rc != 0:
                         break
-                    rpos = r.end
                     q = &self.pending[n]
                     q.offset = batch.base_offset + r.offset_delta
                     if r.key_pos >= 0 and q.offset >= start_offset:
@@ -357,6 +379,8 @@ cdef class OffsetMap:
                         q.slot = self._home(q.digest)
                         __builtin_prefetch(q.slot, 1)
                         n += 1
+                if rc == 0:
+                    rc = batch.check_end(rpos, &e)
                 if rc == 0:
                     for k in range(n):
                         if not self._store(self.pending[k].digest, self.pending[k].slot, self.pending[k].offset):
@@ -401,6 +425,7 @@ def filter_batch(OffsetMap offset_map, buf, Py_ssize_t pos, *, bint discard_reco
     cdef int32_t i
     cdef int rc = 0
     cdef Py_ssize_t n = 0, rpos = batch.start
+    cdef int32_t prev = -1
     cdef bint tombstone = False, retain
     cdef int64_t found, latest = offset_map.latest_offset
     cdef Pending* q
@@ -410,13 +435,13 @@ def filter_batch(OffsetMap offset_map, buf, Py_ssize_t pos, *, bint discard_reco
         with nogil:
             # First pass: parse, and hash and prefetch the keys that need a lookup.
             for i in range(batch.count):
-                rc = _parse_record(p, rpos, batch.end, &r, &e)
+                kept[i].start = rpos
+                rc = batch.next_record(&rpos, &prev, &r, &e)
                 if rc != 0:
                     break
                 q = &offset_map.pending[i]
                 q.offset = batch.base_offset + r.offset_delta
                 q.slot = NULL
-                kept[i].start = rpos
                 kept[i].end = r.end
                 kept[i].timestamp = batch.max_timestamp if append_time else batch.base_timestamp + r.timestamp_delta
                 kept[i].null_value = r.value_pos < 0
@@ -424,7 +449,8 @@ def filter_batch(OffsetMap offset_map, buf, Py_ssize_t pos, *, bint discard_reco
                     _digest(p + r.key_pos, r.key_len, q.digest)
                     q.slot = offset_map._home(q.digest)
                     __builtin_prefetch(q.slot, 0)
-                rpos = r.end
+            if rc == 0:
+                rc = batch.check_end(rpos, &e)
             # Second pass: Kafka's shouldRetainRecord; kept records are compacted to the front of `kept`.
             if rc == 0:
                 for i in range(batch.count):
@@ -568,16 +594,17 @@ def count_null_keys(buf, Py_ssize_t pos):
     cdef int32_t i
     cdef int rc = 0
     cdef Py_ssize_t nulls = 0, rpos = batch.start
-    cdef const unsigned char* p = batch.records
+    cdef int32_t prev = -1
     try:
         with nogil:
             for i in range(batch.count):
-                rc = _parse_record(p, rpos, batch.end, &r, &e)
+                rc = batch.next_record(&rpos, &prev, &r, &e)
                 if rc != 0:
                     break
-                rpos = r.end
                 if r.key_pos < 0:
                     nulls += 1
+            if rc == 0:
+                rc = batch.check_end(rpos, &e)
         if rc != 0:
             batch.raise_parse(&e)
         return nulls

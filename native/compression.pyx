@@ -11,13 +11,19 @@ checksums verified, content checksum ignored, header checksum ignored for
 magic 0), and one or more zstd frames.
 
 Every decompressor is bounded by `limit` bytes of output so that a
-decompression bomb costs at most `limit` bytes of memory.
+decompression bomb costs at most `limit` bytes of memory: what a section
+declares of its size (snappy's lengths, a zstd frame's content size, LZ4's
+block lengths) is checked before anything is allocated, and output grows
+with what was really decompressed. `decompress_within` answers None where
+`decompress` raises, so a caller can try a small limit first (on an event
+loop) and the real one elsewhere.
 """
+from cpython.bytearray cimport PyByteArray_FromStringAndSize
+
 import struct
 import zlib
 
 import cramjam
-import lz4.block as _lz4_block
 import lz4.frame as _lz4_frame
 import xxhash
 import zstandard
@@ -41,8 +47,12 @@ _JDK_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _XERIAL_HEADER = _XERIAL_MAGIC + b"\x00\x00\x00\x01\x00\x00\x00\x01"
 _XERIAL_BLOCK = 32 * 1024
-_LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_BLOCK_SIZES = {4: 64 * 1024, 5: 256 * 1024, 6: 1024 * 1024, 7: 4 * 1024 * 1024}
+# An LZ4 sequence spends one byte per 255 bytes of match length: no block expands more than this per byte.
+_LZ4_MAX_RATIO = 255
+_lz4_into = cramjam.lz4.decompress_block_into
+_ZSTD_FIRST_READ = 64 * 1024
+_ZSTD_LAST_READ = 4 * 1024 * 1024
 _BE32 = struct.Struct(">i")
 _LE32 = struct.Struct("<I")
 
@@ -83,6 +93,14 @@ def compress(int codec, data, level=None):
 def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
                Py_ssize_t position=-1, bint legacy_lz4_header=False):
     """Decompress a records section (bytes or bytearray); errors report byte `position` of the batch."""
+    out = decompress_within(codec, data, limit, position, legacy_lz4_header)
+    if out is None:
+        raise CorruptRecordError(f"records section decompresses to more than {limit} bytes", position)
+    return out
+
+
+def decompress_within(int codec, data, Py_ssize_t limit, Py_ssize_t position=-1, bint legacy_lz4_header=False):
+    """`decompress`, but None when the output would pass `limit` bytes (no more than that is produced)."""
     try:
         if codec == GZIP:
             out = _gunzip(data, limit)
@@ -93,22 +111,18 @@ def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
         elif codec == ZSTD:
             out = _unzstd(data, limit)
         elif codec == NONE:
-            out = bytes(data)
+            out = bytes(data) if len(data) <= limit else None
         else:
             raise UnsupportedCompressionError(f"unknown compression codec {codec}", position)
     except CorruptRecordError as exc:
         if exc.position >= 0 or position < 0:
             raise
         raise type(exc)(exc.reason, position) from None
-    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError, _lz4_block.LZ4BlockError,
+    except (zlib.error, zstandard.ZstdError, cramjam.DecompressionError,
             RuntimeError, ValueError, struct.error) as exc:
         raise CorruptRecordError(
             f"{CODEC_NAMES[codec]} records section does not decompress: {exc}", position) from None
     return out
-
-
-def _too_big(limit):
-    return CorruptRecordError(f"records section decompresses to more than {limit} bytes")
 
 
 def _gunzip(data, Py_ssize_t limit):
@@ -136,7 +150,7 @@ def _gunzip(data, Py_ssize_t limit):
             # Output stops at the limit + 1 bytes, leaving input unconsumed:
             # either way the records section is too big.
             if total > limit or inflater.unconsumed_tail:
-                raise _too_big(limit)
+                return None
             parts.append(out)
             if chunk < 262144:
                 chunk *= 4
@@ -160,7 +174,7 @@ def _snappy_raw(block, Py_ssize_t limit):
     else:
         raise CorruptRecordError("snappy block has no valid length header")
     if length > limit:
-        raise _too_big(limit)
+        return None
     return bytes(cramjam.snappy.decompress_raw(block))
 
 
@@ -182,6 +196,8 @@ def _unsnappy(data, Py_ssize_t limit):
         if n < 0 or pos + n > len(view):
             raise CorruptRecordError("xerial snappy chunk runs past the records section")
         chunk = _snappy_raw(view[pos:pos + n], limit - total)
+        if chunk is None:
+            return None
         pos += n
         total += len(chunk)
         parts.append(chunk)
@@ -190,11 +206,12 @@ def _unsnappy(data, Py_ssize_t limit):
 
 def _unlz4(data, Py_ssize_t limit, bint legacy_header):
     view = memoryview(data).cast("B")
-    cdef Py_ssize_t size = len(view)
-    if size < 7 or view[:4].tobytes() != _LZ4_MAGIC:
+    cdef const unsigned char[:] v = view
+    cdef Py_ssize_t size = v.shape[0]
+    if size < 7 or v[0] != 0x04 or v[1] != 0x22 or v[2] != 0x4D or v[3] != 0x18:
         raise CorruptRecordError("not an LZ4 frame (bad magic)")
-    cdef int flg = view[4]
-    cdef int bd = view[5]
+    cdef int flg = v[4]
+    cdef int bd = v[5]
     if (flg >> 6) != 1:
         raise CorruptRecordError("unsupported LZ4 frame version")
     if flg & 0x02:
@@ -212,75 +229,82 @@ def _unlz4(data, Py_ssize_t limit, bint legacy_header):
         raise CorruptRecordError("LZ4 frame header is truncated")
     # Kafka 0.8/0.9 computed the header checksum over the magic as well;
     # Kafka ignores the checksum for magic 0 and so do we.
-    if not legacy_header and view[pos] != (xxhash.xxh32_intdigest(view[4:pos]) >> 8) & 0xFF:
+    if not legacy_header and v[pos] != (xxhash.xxh32_intdigest(view[4:pos]) >> 8) & 0xFF:
         raise CorruptRecordError("LZ4 frame header checksum mismatch")
     pos += 1
-    # Walk the block headers first (Kafka's framing rules, cheap), then
-    # decompress: in one call when the worst case fits the limit, block by
-    # block otherwise.
+    # Walk the block headers first (Kafka's framing rules, cheap), bounding
+    # what each block can expand to; a content checksum is ignored, as Kafka
+    # does, and a declared content size is not trusted.
     blocks = []
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n, room
+    cdef Py_ssize_t bound = 0
     cdef unsigned int word
     while True:
         if pos + 4 > size:
             raise CorruptRecordError("LZ4 frame is truncated before its end mark")
-        word = _LE32.unpack_from(view, pos)[0]
+        word = v[pos] | (v[pos + 1] << 8) | (v[pos + 2] << 16) | (<unsigned int>v[pos + 3] << 24)
         pos += 4
         if word == 0:
             break
         n = word & 0x7FFFFFFF
         if n > max_block or pos + n + (4 if block_checksum else 0) > size:
             raise CorruptRecordError("LZ4 block length is out of bounds")
-        blocks.append((pos, n, word & 0x80000000))
+        room = n if word & 0x80000000 else min(max_block, _LZ4_MAX_RATIO * (n + 1))
+        blocks.append((pos, n, word & 0x80000000, room))
+        bound += room
         pos += n
         if block_checksum:
             if _LE32.unpack_from(view, pos)[0] != xxhash.xxh32_intdigest(view[pos - n:pos]):
                 raise CorruptRecordError("LZ4 block checksum mismatch")
             pos += 4
-    # The library would verify a content checksum, which Kafka ignores, a
-    # magic 0 header checksum, which is wrong by design, and would trust a
-    # declared content size for its allocation: those go block by block.
-    if not legacy_header and not (flg & 0x0C) and len(blocks) * max_block <= limit:
-        # Straight into a buffer of the worst-case size: no regrowth, no copy.
-        out = bytearray(len(blocks) * max_block)
-        del out[cramjam.lz4.decompress_into(view[:pos], out):]
-        return out
-    parts = []
+    # One buffer for the worst case the blocks allow, up to the limit, filled in
+    # place; it is not zeroed first, since only what a block wrote is kept.
+    cdef Py_ssize_t capacity = min(bound, limit)
+    out = PyByteArray_FromStringAndSize(NULL, capacity)
     cdef Py_ssize_t total = 0
-    for start, n, stored in blocks:
-        block = view[start:start + n]
+    cdef Py_ssize_t space
+    into = memoryview(out)
+    for start, n, stored, room in blocks:
+        space = min(room, capacity - total)
         if stored:
-            chunk = block.tobytes()
-        else:
-            # A block may not expand past what is left of the limit.
-            room = max(1, min(max_block, limit - total))
-            try:
-                chunk = _lz4_block.decompress(block, uncompressed_size=room)
-            except _lz4_block.LZ4BlockError:
-                if room < max_block:
-                    raise CorruptRecordError(
-                        f"LZ4 block is corrupt or decompresses past the {limit}-byte limit") from None
+            if n > space:
+                return None
+            into[total:total + n] = view[start:start + n]
+            total += n
+            continue
+        try:
+            total += _lz4_into(view[start:start + n], into[total:total + space])
+        except cramjam.DecompressionError:
+            if space == room:
                 raise
-        total += len(chunk)
-        if total > limit:
-            raise _too_big(limit)
-        parts.append(chunk)
-    return b"".join(parts)
+            # Corrupt, or only too big for what is left of the limit: the block's own room tells which.
+            _lz4_into(view[start:start + n], bytearray(room))
+            return None
+    into.release()
+    del out[total:]
+    return out
 
 
 def _unzstd(data, Py_ssize_t limit):
-    reader = zstandard.ZstdDecompressor().stream_reader(
-        bytes(data), read_across_frames=True)
-    out = reader.read(limit + 1)
-    # One read may stop at a frame boundary; keep reading until the end.
-    parts = [out]
-    cdef Py_ssize_t total = len(out)
-    while total <= limit:
-        more = reader.read(limit + 1 - total)
+    try:
+        declared = zstandard.frame_content_size(data)
+    except zstandard.ZstdError:
+        declared = -1  # no size in the header: the reads below find out
+    if declared > limit:
+        return None
+    reader = zstandard.ZstdDecompressor().stream_reader(data, read_across_frames=True)
+    # Each read allocates what it asks for: ask for growing chunks, not the whole limit, so a bomb
+    # costs what it really expanded to (one read may also stop at a frame boundary).
+    parts = []
+    cdef Py_ssize_t total = 0
+    cdef Py_ssize_t chunk = _ZSTD_FIRST_READ
+    while True:
+        more = reader.read(min(chunk, limit + 1 - total))
         if not more:
             break
         parts.append(more)
         total += len(more)
-    if total > limit:
-        raise _too_big(limit)
+        if total > limit:
+            return None
+        chunk = min(chunk * 4, _ZSTD_LAST_READ)
     return b"".join(parts)

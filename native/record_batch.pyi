@@ -25,6 +25,9 @@ NO_TIMESTAMP: int
 MAX_SEQUENCE: int
 CONTROL_ABORT: int
 CONTROL_COMMIT: int
+RECORD_WITHOUT_KEY: int
+TIMESTAMP_OUT_OF_RANGE: int
+MAX_RECORD_FAULTS: int
 
 def increment_sequence(sequence: int, increment: int) -> int: ...
 def decrement_sequence(sequence: int, decrement: int) -> int: ...
@@ -65,6 +68,17 @@ class BatchHeader:
     def has_producer_id(self) -> bool: ...
     @property
     def last_sequence(self) -> int: ...
+
+@final
+class RecordsCheck:
+    header: BatchHeader
+    cost: int
+    broken_at: int
+    broken: str | None
+    fault_count: int
+    faults: tuple[tuple[int, int, int], ...]
+    @property
+    def ok(self) -> bool: ...
 
 @final
 class Record:
@@ -140,6 +154,10 @@ def validate_batch(buf: Buffer, pos: int = 0, *, client: bool = False, max_batch
                    verify_crc: bool = True, deep: bool = False) -> BatchHeader: ...
 def validate_records(buf: Buffer, *, client: bool = False, max_batch_size: int = -1,
                      verify_crc: bool = True) -> list[BatchHeader]: ...
+def validate_produced(buf: Buffer, pos: int = 0, *, max_batch_size: int = -1, now: int = 0,
+                      timestamp_before_max_ms: int = ..., timestamp_after_max_ms: int = ...,
+                      create_time: bool = True, keys_required: bool = False, max_decompressed: int = ...,
+                      work_limit: int = -1) -> RecordsCheck | None: ...
 def decode_records(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,
                    max_decompressed: int = ...) -> list[Record]: ...
 def decode_columnar(buf: Buffer, pos: int = 0, *, verify_crc: bool = True,

@@ -12,7 +12,8 @@ compressed blob when the codec is not 0):
 
 Every parse is bounded by the buffer; every failure is a CorruptRecordError
 (or subclass) carrying the byte position. Loops that touch no Python object
-run without the GIL. The record parser and the columnar loop are C
+run without the GIL. `validate_produced` is Kafka's LogValidator: every
+record of a produced batch walked, compressed or not. The record parser and the columnar loop are C
 (records.h) so they inline; the rest is split into the .pxi files included
 at the bottom.
 """
@@ -24,6 +25,7 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.ref cimport Py_INCREF
 from cpython.tuple cimport PyTuple_New, PyTuple_SET_ITEM
 from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport INT64_MAX
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
 
@@ -74,7 +76,7 @@ from logstore.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from logstore.native.compression import DEFAULT_MAX_DECOMPRESSED, compress, decompress
+from logstore.native.compression import DEFAULT_MAX_DECOMPRESSED, compress, decompress, decompress_within
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL
@@ -123,6 +125,7 @@ cdef inline int32_t _inc_seq(int32_t s, int32_t n) noexcept nogil:
 # One extension module, one file per concern.
 include "batch_header.pxi"
 include "record_parse.pxi"
+include "produce_check.pxi"
 include "decode_objects.pxi"
 include "columnar.pxi"
 include "encode.pxi"

@@ -192,6 +192,99 @@ LS_INLINE int ls_check_delta(const ls_record *r, int32_t *prev, int32_t last_del
     return 0;
 }
 
+/* Kafka's LogValidator over one produced batch's records (Kafka's
+ * DefaultRecordBatch iterator and LogValidator.validateRecord): exactly
+ * `count` well-formed records filling the section, offset deltas 0, 1, 2, ...
+ * (so offsets are dense and lastOffsetDelta, already checked against the
+ * count, is the last one), then the rules a record can break on its own: a
+ * key in a compacted topic, a CreateTime timestamp within
+ * [now - before_max, now + after_max] (NO_TIMESTAMP, -1, is not checked). A
+ * broken record stops the walk (-1, `e` and `failed` set); a record breaking
+ * a rule does not: every such record is counted, the first LS_MAX_FAULTS
+ * kept, as Kafka answers each with its index. */
+#define LS_MAX_FAULTS 100
+enum { LS_NO_KEY = 1, LS_BAD_TIMESTAMP = 2 };
+
+typedef struct {
+    int32_t index;      /* the record's place in its batch: Kafka's batchIndex */
+    int32_t kind;       /* LS_NO_KEY or LS_BAD_TIMESTAMP */
+    int64_t timestamp;  /* ms */
+} ls_fault;
+
+typedef struct {
+    int64_t base_ts, now, before_max, after_max;  /* ms; the bounds >= 0 */
+    int32_t count;
+    int check_timestamps, require_keys;
+    int64_t max_ts;     /* out: the largest record timestamp, -1 if none is larger */
+    int32_t failed;     /* out: the record a framing error is in, -1 for the section as a whole */
+    int32_t faults;     /* out: records that broke a rule */
+    ls_fault fault[LS_MAX_FAULTS];
+} ls_check;
+
+LS_INLINE int ls_out_of_range(const ls_check *c, int64_t ts)
+{
+    /* In unsigned arithmetic, so no timestamp overflows the difference. */
+    if (ts < c->now)
+        return (uint64_t)c->now - (uint64_t)ts > (uint64_t)c->before_max;
+    return (uint64_t)ts - (uint64_t)c->now > (uint64_t)c->after_max;
+}
+
+__attribute__((unused)) static int ls_check_records(ls_check *c, const unsigned char *p, Py_ssize_t pos, Py_ssize_t end, ls_error *e)
+{
+    ls_record r;
+    int32_t i, kind;
+    int64_t ts, max_ts = -1;
+    const int64_t base_ts = c->base_ts;
+    const int32_t count = c->count;
+    const int check_timestamps = c->check_timestamps, require_keys = c->require_keys;
+
+    c->faults = 0;
+    for (i = 0; i < count; i++) {
+        if (LS_UNLIKELY(pos >= end)) {
+            e->message = "Incorrect declared batch size, premature EOF reached";
+            e->position = pos;
+            goto broken;
+        }
+        if (LS_UNLIKELY(ls_parse_record(p, pos, end, &r, e) != 0))
+            goto broken;
+        if (LS_UNLIKELY(r.offset_delta != i)) {
+            e->message = "record offset delta is not its index in the batch (inner offsets must be 0, 1, 2, ...)";
+            e->position = pos;
+            goto broken;
+        }
+        pos = r.end;
+        /* Java's long addition: a delta that overflows wraps, and the bounds then judge the result. */
+        ts = (int64_t)((uint64_t)base_ts + (uint64_t)r.timestamp_delta);
+        if (ts > max_ts)
+            max_ts = ts;
+        kind = 0;
+        if (require_keys && r.key_pos < 0)
+            kind = LS_NO_KEY;
+        else if (check_timestamps && ts != -1 && ls_out_of_range(c, ts))
+            kind = LS_BAD_TIMESTAMP;
+        if (LS_UNLIKELY(kind != 0)) {
+            if (c->faults < LS_MAX_FAULTS) {
+                c->fault[c->faults].index = i;
+                c->fault[c->faults].kind = kind;
+                c->fault[c->faults].timestamp = ts;
+            }
+            c->faults++;
+        }
+    }
+    if (LS_UNLIKELY(pos != end)) {
+        e->message = "Incorrect declared batch size, records still remaining in file";
+        e->position = pos;
+        c->failed = -1;
+        return -1;
+    }
+    c->max_ts = max_ts;
+    c->failed = -1;
+    return 0;
+broken:
+    c->failed = i;
+    return -1;
+}
+
 /* A malloc'd byte buffer that grows by doubling. */
 typedef struct {
     char *data;

@@ -8,6 +8,15 @@ not), how the response is encoded (kio, or Fetch's native encoder), and
 what a version above the range gets (ApiVersions' KIP-511 answer). The
 server only reads frames and follows the registration.
 
+A request takes effect before the next one of its connection is read
+(Kafka's muted connection): by default when its handler returns. A handler
+whose effect is in place before it is done, and that then only waits for
+what group commit shares (Produce's acks=all fsync), says so with
+`request.applied()`, and the connection reads on while it waits. A handler
+that parks on something outside the broker's own work (data for a
+long-polling Fetch, a group forming) says `request.waiting()`: it still holds
+its connection, but no longer counts against `queued.max.requests`.
+
 Handlers build responses with `build`, which takes the fields of every
 version and keeps those the asked version has, so a handler is written once
 for all the versions it supports; they go through `kit` for errors,
@@ -16,13 +25,14 @@ is found by `load_all`; ApiVersions lists exactly what is registered.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib
 import pkgutil
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, overload
 
 from kio.index import load_response_schema
 from kio.static.protocol import ResponsePayload
@@ -34,7 +44,8 @@ from logstore.broker.protocol import PreEncoded, decode_kio, encode_kio
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["Api", "KioMessage", "REGISTRY", "Request", "ResponsePayload", "api", "build", "response_type", "load_all"]
+__all__ = ["Api", "KioMessage", "REGISTRY", "Progress", "Request", "ResponsePayload", "api", "build", "response_type",
+           "load_all"]
 
 # A decoded request body, or an entity inside one (a topic, a partition, a resource), or a nested entity
 # of a response: kio's dataclasses. A handler is written once for every version it serves, each version
@@ -72,6 +83,9 @@ class Api:
     encode: Encoder = encode_kio
     # What a version above max_version gets instead of a closed connection: (frame, correlation id) → reply.
     newer: Callable[[bytes, int], PreEncoded] | None = None
+    # Whether a large frame is decoded (and its answer encoded) in a worker thread rather than on the event
+    # loop: kio's pure-Python codec, yes; a native decoder that only slices the frame, no.
+    offload: bool = True
 
 
 REGISTRY: dict[int, Api] = {}
@@ -79,15 +93,16 @@ REGISTRY: dict[int, Api] = {}
 
 def api(key: int, min_version: int, max_version: int, *, accept_from: int | None = None,
         decode: Decoder = decode_kio, replies: Callable[[Any], bool] = _always, encode: Encoder = encode_kio,
-        newer: Callable[[bytes, int], PreEncoded] | None = None) -> Callable[[H], H]:
-    """Register the decorated coroutine as the handler of `key` for those versions, with its codecs."""
+        newer: Callable[[bytes, int], PreEncoded] | None = None, offload: bool | None = None) -> Callable[[H], H]:
+    """Register the decorated coroutine as the handler of `key` for those versions, with its codecs
+    (`offload`: whether large frames are decoded off the event loop; by default when kio decodes them)."""
     def register(handler: H) -> H:
         if key in REGISTRY:
             raise RuntimeError(f"api key {key} registered twice")
         module = importlib.import_module(handler.__module__)
         REGISTRY[key] = Api(key, module.__name__.rpartition(".")[2], min_version, max_version, handler,
                             min_version if accept_from is None else accept_from, (module.__doc__ or "").strip(),
-                            decode, replies, encode, newer)
+                            decode, replies, encode, newer, decode is decode_kio if offload is None else offload)
         return handler
     return register
 
@@ -99,9 +114,24 @@ def load_all() -> dict[int, Api]:
     return REGISTRY
 
 
+class Progress(Protocol):
+    """How a request in flight tells its connection where it is (the server's; see the module's docstring)."""
+
+    def applied(self) -> None:
+        """The request's effect is in place: its connection may read the next request."""
+
+    def waiting(self) -> None:
+        """The handler waits on something outside the broker's work: it leaves `queued.max.requests`."""
+
+    @property
+    def gone(self) -> asyncio.Future[None]:
+        """Resolved once the connection reads no more (the client closed it, or the broker is closing it):
+        a parked handler should answer with what it has."""
+
+
 @dataclass
 class Request:
-    """What a handler knows of the request besides its body."""
+    """What a handler knows of the request besides its body, and how it tells the server its progress."""
 
     broker: BrokerContext
     api_key: int
@@ -110,6 +140,24 @@ class Request:
     client_id: str | None
     client_host: str = ""     # as Kafka shows it: "/" and the peer's address
     principal: KafkaPrincipal = ANONYMOUS
+    progress: Progress | None = None     # None outside a server (a test calling a handler): nothing to tell
+
+    def applied(self) -> None:
+        """The effect is in place (appended, stored): the connection reads on while this handler only waits
+        for what group commit shares. Nothing this handler changes after the call is ordered."""
+        if self.progress is not None:
+            self.progress.applied()
+
+    def waiting(self) -> None:
+        """From here the handler parks on an outside event (appends, a rebalance): it stops counting as
+        queued work, and still holds its connection until it answers."""
+        if self.progress is not None:
+            self.progress.waiting()
+
+    @property
+    def gone(self) -> asyncio.Future[None] | None:
+        """Resolved when the connection closes (None outside a server): a parked handler can stop early."""
+        return None if self.progress is None else self.progress.gone
 
 
 @overload

@@ -15,7 +15,15 @@ OPERATION_NOT_ATTEMPTED, and nothing is added.
 from __future__ import annotations
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.kit import AclOperation, ResourceType, Shape, coordinate, denied, each_partition
+from logstore.broker.api.kit import (
+    AclOperation,
+    ResourceType,
+    Shape,
+    coordinate,
+    denied,
+    distinct_partitions,
+    each_partition,
+)
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import UnknownTopicOrPartitionError
 
@@ -52,7 +60,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     errors = await _errors(request, body)
     partition_cls = response_type(KEY, version, "AddPartitionsToTxnPartitionResult")
     topic_cls = response_type(KEY, version, "AddPartitionsToTxnTopicResult")
-    topics = tuple(build(topic_cls, name=t.name, results_by_partition=tuple(
-        build(partition_cls, partition_index=p, partition_error_code=errors.get((t.name, p), ErrorCode.none))
-        for p in t.partitions)) for t in body.v3_and_below_topics)
+    topics = tuple(build(topic_cls, name=name, results_by_partition=tuple(
+        build(partition_cls, partition_index=p, partition_error_code=errors.get((name, p), ErrorCode.none))
+        for p, _ in rows)) for name, rows in distinct_partitions(body.v3_and_below_topics, SHAPE))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, results_by_topic_v3_and_below=topics)

@@ -75,6 +75,8 @@ TOPIC_DOCS: dict[str, tuple[int, str]] = {
     "flush.ms": (LONG, "Longest time (ms) a message waits in the log before a forced fsync."),
     "max.message.bytes": (INT, "Largest record batch (bytes) the log accepts."),
     "message.timestamp.type": (STRING, "CreateTime (the producer's timestamp) or LogAppendTime (the broker's clock)."),
+    "message.timestamp.before.max.ms": (LONG, "Most ms a CreateTime timestamp may lie before the broker's clock."),
+    "message.timestamp.after.max.ms": (LONG, "Most ms a CreateTime timestamp may lie after the broker's clock."),
     "file.delete.delay.ms": (LONG, "Time (ms) a deleted segment's files stay on disk."),
     "cleanup.policy": (LIST, "delete (retention removes old segments) and/or compact "
                               "(the latest value per key is kept)."),

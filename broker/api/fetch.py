@@ -1,12 +1,17 @@
 """Fetch (1), v4-12: whole batches from each partition's fetch offset, long-polled.
 
 If less than `min_bytes` is there and no partition failed, the request
-waits for appends until `max_wait` passes. Each partition returns at most `partition_max_bytes`, the
+parks on its partitions until an append to one of them, or `max_wait`
+(it still holds its connection, as in Kafka, but not a place in
+`queued.max.requests`); an append elsewhere does not wake it. A partition
+asked twice is answered once (the kit's rule). Each partition returns at most `partition_max_bytes`, the
 response at most `max_bytes`, except that the first partition with data
 returns at least one whole batch (KIP-74). read_committed stops at the last
 stable offset and carries the aborted transactions the data overlaps. The
 response is encoded natively and each partition's records are sent from
-their segment file (sendfile when large), never through a Python object.
+their segment file (sendfile when large), never through a Python object,
+each on a duplicate fd that is closed on every path: sent, not encodable,
+or dropped with its connection.
 No fetch sessions: session id 0 makes clients send full requests. Topic
 ids (v13+) are not served. A topic needs READ on the TOPIC (Kafka's
 KafkaApis), else its partitions answer TOPIC_AUTHORIZATION_FAILED.
@@ -78,37 +83,62 @@ def _read_all(request: Request, body: KioMessage,
     return topics, total, failed
 
 
-def _held(row: ReadRow) -> FetchRow:
-    """The row with its file slice put on a duplicate fd, so the reply survives the segment's deletion."""
-    index, error, high_watermark, last_stable_offset, log_start_offset, aborted, records = row
-    return (index, error, high_watermark, last_stable_offset, log_start_offset, aborted,
-            records if isinstance(records, bytes) else HeldSlice(records))
+def _held(topics: list[tuple[str, list[ReadRow]]]) -> FetchTopics:
+    """The rows with their file slices put on duplicate fds, so the reply survives the segments' deletion
+    (if one cannot be, those already made are closed)."""
+    held: FetchTopics = []
+    try:
+        for topic, rows in topics:
+            held_rows: list[FetchRow] = []
+            held.append((topic, held_rows))
+            for index, error, high_watermark, last_stable_offset, log_start_offset, aborted, records in rows:
+                held_rows.append((index, error, high_watermark, last_stable_offset, log_start_offset, aborted,
+                                  records if isinstance(records, bytes) else HeldSlice(records)))
+    except BaseException:
+        _close(held)
+        raise
+    return held
+
+
+def _close(topics: FetchTopics) -> None:
+    """Release the duplicate fds of rows that will not be sent."""
+    for _, rows in topics:
+        for row in rows:
+            if isinstance(row[6], HeldSlice):
+                row[6].close()
 
 
 def _encode(correlation_id: int, version: int, topics: FetchTopics) -> PreEncoded:
-    """The whole response frame, natively: records go out as file ranges."""
-    parts = encode_fetch(correlation_id, version, 0, 0, topics)
+    """The whole response frame, natively: records go out as file ranges (released if it cannot be made)."""
+    try:
+        parts = encode_fetch(correlation_id, version, 0, 0, topics)
+    except BaseException:
+        _close(topics)
+        raise
     # encode_fetch's stub types a records part as anything with a size: here, the rows' own HeldSlices.
     return PreEncoded(cast("list[bytes | HeldSlice]", parts))
 
 
 @api(KEY, 4, 12, encode=_encode)
 async def handle(request: Request, body: KioMessage) -> FetchTopics:
-    """Read every partition asked; wait for appends while less than min_bytes is there."""
+    """Read every partition asked; park on them while less than min_bytes is there."""
     broker = request.broker
     isolation = READ_COMMITTED if body.isolation_level == 1 else READ_UNCOMMITTED
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.max_wait.total_seconds()
+    gone = request.gone
+    parked_on: set[tuple[str, int]] | None = None
     while True:
-        appended = broker.appended_event()
         topics, total, failed = _read_all(request, body, isolation)
         remaining = deadline - loop.time()
         # An error is answered at once, as Kafka does, so the client can act on it.
-        if total >= body.min_bytes or failed or remaining <= 0 or broker.closing:
+        if (total >= body.min_bytes or failed or remaining <= 0 or broker.closing
+                or (gone is not None and gone.done())):
             break
-        try:
-            await asyncio.wait_for(appended.wait(), remaining)
-        except TimeoutError:
-            pass
+        if parked_on is None:
+            parked_on = {(name, index) for name, rows in topics for index, *_ in rows}
+            request.waiting()
+        # Parked in this same step as the read: an append after the read wakes it.
+        await broker.wait_for_appends(parked_on, remaining, gone)
     # No await from the read to here: the slices are still the segments' bytes.
-    return [(topic, [_held(row) for row in rows]) for topic, rows in topics]
+    return _held(topics)

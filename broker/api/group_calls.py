@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Never, TypeVar
 
 from logstore.broker.api import KioMessage, Request, build, response_type
-from logstore.broker.api.kit import AclOperation, Outcome, each_partition, refuse
+from logstore.broker.api.kit import AclOperation, Outcome, distinct_partitions, each_partition, refuse
 from logstore.broker.protocol import ErrorCode
 
 TopicPartition = tuple[str, int]
@@ -50,10 +50,11 @@ def partition_codes(key: int, version: int, prefix: str, topics: Iterable[KioMes
     (`prefix` names kio's classes: OffsetCommitResponseTopic, OffsetCommitResponsePartition, ...)."""
     topic_cls = response_type(key, version, f"{prefix}Topic")
     partition_cls = response_type(key, version, f"{prefix}Partition")
-    return tuple(build(topic_cls, name=t.name, partitions=tuple(
-        build(partition_cls, partition_index=p.partition_index,
-              error_code=codes.get((t.name, p.partition_index), ErrorCode.none)) for p in t.partitions))
-        for t in topics)
+    # One row per distinct partition, as the kit answered them.
+    return tuple(build(topic_cls, name=name, partitions=tuple(
+        build(partition_cls, partition_index=index, error_code=codes.get((name, index), ErrorCode.none))
+        for index, _ in partitions))
+        for name, partitions in distinct_partitions(topics))
 
 
 def by_topic(partitions: Iterable[TopicPartition]) -> dict[str, list[int]]:

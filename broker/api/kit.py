@@ -1,6 +1,11 @@
 """What every handler shares: Kafka errors as response codes (the one place), authorization, and
 the topics × partitions loop.
 
+Partitions: a request that names a partition twice gets one answer for it,
+as Kafka's maps of the request make it (`distinct_partitions`: in the order
+first asked, with the entry asked last), so its cost is that of the
+distinct partitions, however long the request.
+
 Errors: a handler never reads an exception's `.code`; it calls through
 `attempt`, `coordinate` or `held`, or loops with `each_partition`, and gets
 an `Outcome` whose error is already the code the request's API version
@@ -27,8 +32,8 @@ from logstore.broker.protocol import ErrorCode
 from logstore.errors import LogStoreError
 
 __all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "KioMessage", "Outcome",
-           "PartitionResult", "Shape", "attempt", "authorized", "coordinate", "denied", "each_partition", "error_code",
-           "failure", "held", "refuse", "topic_rows"]
+           "PartitionResult", "Shape", "attempt", "authorized", "coordinate", "denied", "distinct_partitions",
+           "each_partition", "error_code", "failure", "held", "refuse", "topic_rows"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -120,9 +125,12 @@ async def coordinate(request: Request, call: Callable[[*Ts], T], *args: *Ts) -> 
 
 
 async def held(request: Request, call: Callable[[*Ts], Future[T]], *args: *Ts) -> Outcome[T]:
-    """Run a coordinator call whose answer is a future (JoinGroup, SyncGroup) and wait for that answer."""
+    """Run a coordinator call whose answer is a future (JoinGroup, SyncGroup) and wait for that answer,
+    parked: the wait is for other members, not for work of the broker's (`Request.waiting`)."""
     try:
         future: Future[T] = await request.broker.coordinate(call, *args)
+        if not future.done():
+            request.waiting()
         value = await asyncio.wrap_future(future)
         return Outcome(value)
     except LogStoreError as exc:
@@ -178,25 +186,38 @@ class PartitionResult(Generic[T_co]):
 
 
 PartitionResults = list[tuple[str, list[PartitionResult[T]]]]   # by topic, in the request's order
+AskedPartitions = list[tuple[str, list[tuple[int, KioMessage]]]]  # by topic: (index, the entry asked)
+
+
+def distinct_partitions(topics: Iterable[KioMessage], shape: Shape = Shape()) -> AskedPartitions:
+    """Each (topic, partition) of a request once, as Kafka's maps of the request keep them: topics and
+    partitions in the order first asked, each with the entry asked last."""
+    by_topic: dict[str, dict[int, KioMessage]] = {}
+    for topic in topics:
+        rows = by_topic.setdefault(getattr(topic, shape.topic), {})
+        for asked in getattr(topic, shape.partitions):
+            # Assigning an existing key keeps its place: a repeat moves nothing, its entry wins.
+            rows[asked if shape.index is None else getattr(asked, shape.index)] = asked
+    return [(name, list(rows.items())) for name, rows in by_topic.items()]
 
 
 def each_partition(request: Request, topics: Iterable[KioMessage],
                    answer: Callable[[str, int, KioMessage], T | Outcome[T]], *, operation: AclOperation | None,
                    shape: Shape = Shape(), error: ErrorCode = ErrorCode.none) -> PartitionResults[T]:
-    """`answer(topic, index, asked)` for every partition asked, in the request's order, grouped by topic.
+    """`answer(topic, index, asked)` for every distinct partition asked (`distinct_partitions`), in the
+    request's order, grouped by topic.
 
     A topic the principal may not perform `operation` on (None: the caller authorized already) is
     TOPIC_AUTHORIZATION_FAILED on each of its partitions without an answer; a request-level `error`
     is repeated on every partition; a Kafka error `answer` raises is that partition's code.
     """
-    topics = list(topics)
-    names = [getattr(t, shape.topic) for t in topics]
+    asked_partitions = distinct_partitions(topics, shape)
+    names = [name for name, _ in asked_partitions]
     allowed = set(names) if operation is None else authorized(request, operation, ResourceType.TOPIC, names)
     results: PartitionResults[T] = []
-    for topic, name in zip(topics, names):
+    for name, partitions in asked_partitions:
         rows: list[PartitionResult[T]] = []
-        for asked in getattr(topic, shape.partitions):
-            index = asked if shape.index is None else getattr(asked, shape.index)
+        for index, asked in partitions:
             outcome: Outcome[T]
             if error != ErrorCode.none:
                 outcome = refuse(error)

@@ -27,6 +27,7 @@ from logstore.broker.api.kit import (
     authorized,
     coordinate,
     denied,
+    distinct_partitions,
     each_partition,
     error_code,
 )
@@ -66,7 +67,7 @@ async def _group_topics(request: Request, group_id: str, topics: Sequence[KioMes
         visible = authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, grouped)
         listed = [(topic, partitions) for topic, partitions in grouped.items() if topic in visible]
     else:
-        listed = [(t.name, list(t.partition_indexes)) for t in topics]
+        listed = [(name, [index for index, _ in rows]) for name, rows in distinct_partitions(topics, SHAPE)]
     rows = []
     for topic, partitions in listed:
         entries = []
@@ -85,9 +86,9 @@ async def _group_topics(request: Request, group_id: str, topics: Sequence[KioMes
 def _failed_v1(version: int, topics: Iterable[KioMessage] | None, error: ErrorCode) -> tuple[KioMessage, ...]:
     """v1 has no group-level error: every partition asked carries it."""
     partition_cls = response_type(KEY, version, "OffsetFetchResponsePartition")
-    return tuple(build(response_type(KEY, version, "OffsetFetchResponseTopic"), name=t.name, partitions=tuple(
+    return tuple(build(response_type(KEY, version, "OffsetFetchResponseTopic"), name=name, partitions=tuple(
         build(partition_cls, partition_index=p, committed_offset=-1, committed_leader_epoch=-1, metadata="",
-              error_code=error) for p in t.partition_indexes)) for t in topics or ())
+              error_code=error) for p, _ in rows)) for name, rows in distinct_partitions(topics or (), SHAPE))
 
 
 @api(KEY, 1, 9)

@@ -5,6 +5,8 @@ log buffer (on-disk-format.md §1) is walked here. Every entry starts with
 offset int64, size int32, 4 format-specific bytes and the magic byte; where
 each field sits is the native codec's to know (native/batch_header.pxd), so
 this module reads fields through it and never at byte offsets of its own.
+The append path (Kafka's LogValidator, offsets assigned in place) is
+`kafka_append`'s, re-exported here.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
-from logstore.native.cleaner import count_null_keys
+from logstore.formats.kafka_append import AppendInfo, assign_offsets, require_keys, try_validate_append, validate_append
 from logstore.native.compression import (
     CODEC_IDS,
     CODEC_NAMES,
@@ -43,7 +45,6 @@ from logstore.native.record_batch import (
     Columns,
     NativeBuffer,
     Record,
-    assign_batch_offsets,
     decode_columnar,
     decode_records,
     decode_unsigned_varint,
@@ -74,7 +75,7 @@ __all__ = [
     "decode_columnar", "decode_entry", "decode_legacy", "decode_records", "decode_unsigned_varint", "decode_varint",
     "decode_varlong", "decrement_sequence", "encode_batch", "encode_control_batch",
     "encode_unsigned_varint", "encode_varint", "encode_varlong", "entry_end",
-    "increment_sequence", "iter_entries", "AppendInfo", "EntryBounds", "validate_append",
+    "increment_sequence", "iter_entries", "AppendInfo", "EntryBounds", "validate_append", "try_validate_append",
     "assign_offsets", "peek_entry", "build_control_batch", "ProducerBatch", "peek_producer_batch",
     "read_marker", "entry_bounds", "scan_entries",
     "read_control_record", "peek_header", "read_header", "validate_batch", "validate_records",
@@ -309,71 +310,6 @@ def read_marker(buf: Buffer, pos: int = 0) -> ControlRecord:
     if len(records) != 1:
         raise InvalidRecordError(f"a control batch holds {len(records)} records, not 1", pos)
     return read_control_record(records[0])
-
-
-@dataclass
-class AppendInfo:
-    """What validating a records field found: its batches and the offsets they need."""
-
-    batches: list[BatchHeader]
-    size: int
-    offset_count: int
-    record_count: int
-    max_timestamp: int
-    max_timestamp_batch: int
-    """Index in `batches` of the batch holding the max timestamp (its last offset is indexed)."""
-
-
-def validate_append(buf: Buffer, *, client: bool = True, max_batch_size: int = -1) -> AppendInfo:
-    """Check a records field about to be appended and summarise it (no offsets assigned yet).
-
-    `client=True` applies Kafka's produce rules; internal writers (markers,
-    coordinators) pass False so control batches are allowed.
-    """
-    batches = validate_records(buf, client=client, max_batch_size=max_batch_size)
-    if not batches:
-        raise InvalidRecordError("an append needs at least one record batch", 0)
-    offset_count = records = 0
-    max_ts, max_index = -1, 0
-    for i, header in enumerate(batches):
-        offset_count += header.last_offset_delta + 1
-        records += header.record_count
-        if header.max_timestamp > max_ts:
-            max_ts, max_index = header.max_timestamp, i
-    return AppendInfo(batches, len(memoryview(buf)), offset_count, records, max_ts, max_index)
-
-
-def require_keys(buf: Buffer, info: AppendInfo, partition: str) -> None:
-    """Kafka's rule for compacted topics: a record without a key is refused (its batch index says which)."""
-    for i, header in enumerate(info.batches):
-        if count_null_keys(buf, header.position):
-            raise InvalidRecordError(f"Compacted topic cannot accept message without key in topic "
-                                     f"partition {partition} (batch {i}).", header.position)
-
-
-def assign_offsets(buf: Buffer, info: AppendInfo, base_offset: int, *, leader_epoch: int = -1,
-                   log_append_time: int | None = None) -> int:
-    """Write offsets (and the leader epoch) into a writable records field; returns the last offset.
-
-    The headers in `info` keep the values they were validated with.
-
-    Base offset and leader epoch sit outside the CRC, so this is a patch in
-    place. With `log_append_time` (message.timestamp.type=LogAppendTime) the
-    max timestamp and timestamp type change too and the CRC is recomputed.
-    """
-    view = memoryview(buf)
-    if view.readonly:
-        raise TypeError("assign_offsets needs a writable buffer")
-    if log_append_time is not None and log_append_time < 0:
-        raise ValueError(f"negative log append time {log_append_time}")
-    append_time = -1 if log_append_time is None else log_append_time
-    offset = base_offset
-    for header in info.batches:
-        assign_batch_offsets(view, header.position, offset, leader_epoch, append_time)
-        offset += header.last_offset_delta + 1
-    if log_append_time is not None:
-        info.max_timestamp, info.max_timestamp_batch = log_append_time, 0
-    return offset - 1
 
 
 # What tools and the broker ask of an entry before (or instead of) decoding it.

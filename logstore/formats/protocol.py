@@ -11,7 +11,12 @@ any object with the buffer protocol (bytes, bytearray, memoryview, mmap).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
+
+from logstore.errors import InvalidRecordError, InvalidTimestampError
+
+LONG_MAX = (1 << 63) - 1
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -30,6 +35,59 @@ if TYPE_CHECKING:
     from logstore.formats.kafka import BatchBuilder as _BatchBuilder
 
 
+@dataclass(frozen=True)
+class RecordRules:
+    """What Kafka's LogValidator holds every produced record to beyond its framing, from the topic's config.
+
+    `now` is the broker's clock (ms) the timestamps are judged by: with
+    `create_time` (message.timestamp.type=CreateTime) a record's timestamp
+    must lie in [now - timestamp_before_max_ms, now + timestamp_after_max_ms];
+    with `keys_required` (a compacted topic) every record needs a key.
+    `partition` (`topic-index`) names the partition in Kafka's messages.
+    """
+
+    now: int
+    partition: str
+    create_time: bool = True
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
+    keys_required: bool = False
+
+
+class RecordError(NamedTuple):
+    """A record a produce refused: its index in its batch (Kafka's batchIndex) and why, in Kafka's words."""
+
+    batch_index: int
+    message: str
+
+
+class RecordValidationError(InvalidRecordError):
+    """Records of one batch that break Kafka's rules (INVALID_RECORD), each listed with its index.
+
+    Kafka's RecordValidationException: Produce v8+ answers `record_errors`
+    with the partition's error, and the message as its `error_message`.
+    """
+
+    def __init__(self, message: str, record_errors: Sequence[RecordError], position: int = -1):
+        super().__init__(message, position)
+        self.record_errors = tuple(record_errors)
+
+
+class TimestampValidationError(InvalidTimestampError):
+    """Records of one batch whose timestamps are out of range (INVALID_TIMESTAMP), each listed with its index."""
+
+    def __init__(self, message: str, record_errors: Sequence[RecordError], position: int = -1):
+        super().__init__(message, position)
+        self.record_errors = tuple(record_errors)
+
+
+def record_errors(exc: BaseException | None) -> tuple[RecordError, ...]:
+    """The records an append refused one by one (Produce's `record_errors`); () for an error about the whole batch."""
+    if isinstance(exc, (RecordValidationError, TimestampValidationError)):
+        return exc.record_errors
+    return ()
+
+
 @runtime_checkable
 class LogFormat(Protocol):
     """An on-disk batch format, as a module: framing, validation, producer fields, codecs.
@@ -41,8 +99,19 @@ class LogFormat(Protocol):
     """The name the format is registered under (`logstore.formats.FORMATS`)."""
 
     # The append path.
-    def validate_append(self, buf: Buffer, *, client: bool = True, max_batch_size: int = -1) -> AppendInfo:
-        """Check a records field about to be appended and summarise it (no offsets assigned yet)."""
+    def validate_append(self, buf: Buffer, *, client: bool = True, max_batch_size: int = -1,
+                        rules: RecordRules | None = None) -> AppendInfo:
+        """Check a records field about to be appended and summarise it (no offsets assigned yet).
+
+        `client=True` is Kafka's LogValidator for a producer's batches: every
+        record walked, and held to `rules`; records breaking a rule raise a
+        RecordValidationError or TimestampValidationError listing them.
+        """
+        ...
+
+    def try_validate_append(self, buf: Buffer, work_limit: int, *, max_batch_size: int = -1,
+                            rules: RecordRules | None = None) -> AppendInfo | None:
+        """`validate_append(client=True)`, or None when that would cost more than `work_limit` (`check_cost`)."""
         ...
 
     def require_keys(self, buf: Buffer, info: AppendInfo, partition: str) -> None:

@@ -36,6 +36,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -376,6 +377,13 @@ class Pause:
     committing: bool
 
 
+def _readable(stream: IO[bytes]) -> bool:
+    """Whether `stream` has bytes to read now; poll, as select() refuses descriptors past FD_SETSIZE (1024)."""
+    poller = select.poll()
+    poller.register(stream, select.POLLIN)
+    return bool(poller.poll(0))
+
+
 class CopierFleet:
     """Copier subprocesses by slot (slot i always uses transactional.id `<group>-<i>`), and their events.
 
@@ -436,7 +444,7 @@ class CopierFleet:
         info = os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
         assert info.si_code == os.CLD_STOPPED, f"copier {slot} ended instead of stopping:\n{self.logs(slot)}"
         os.waitid(os.P_PID, proc.pid, os.WSTOPPED | os.WNOHANG)  # taken, so that the next pause waits anew
-        while select.select([proc.stdout], [], [], 0)[0] and self._take(slot, proc.stdout):
+        while _readable(proc.stdout) and self._take(slot, proc.stdout):
             pass  # everything it printed before it stopped
         ends = ("committing", "committed", "aborted", "renewed")
         last = [e["event"] for e in self.events[slot] if e["event"] in ends][-1:]

@@ -19,6 +19,11 @@ fresh `OsFileSystem`. A single-threaded workload crosses the same boundaries
 in the same order every run, so a test counts them once and then cuts the
 power at each in turn.
 
+A full disk is modelled too: `set_free_space(n)` lets files grow by `n` more
+bytes, and the write that needs more puts in what fits and raises ENOSPC (the
+stray bytes past a log's end that a real disk leaves); `fail_write` makes one
+chosen write fail part-way with any errno.
+
 Limits: files are tracked from the first time this file system opens, renames
 or removes them (files it never touches are taken as durable as they are); a
 directory `rmtree` removes is gone at once; a crash releases the process's
@@ -113,6 +118,16 @@ NAMED_POINTS: dict[str, tuple[str, str, bool, str | None]] = {
 
 
 @dataclass
+class _WriteRule:
+    op: str   # "write" (pwrite and write) or "truncate"
+    pattern: str
+    nth: int
+    error: int
+    written: int
+    seen: int = 0
+
+
+@dataclass
 class _File:
     """What a power cut keeps of one file (by inode): its first `synced` bytes, or `image` when
     writes below that length (in place, or through a writable map) made the disk differ."""
@@ -122,6 +137,7 @@ class _File:
     synced: int
     image: bytes | None = None
     mapped: bool = False
+    used: int = 0   # the bytes writes put in it (what a full disk counts; growing by truncate is sparse)
 
 
 def _key(st: os.stat_result) -> tuple[int, int]:
@@ -157,6 +173,8 @@ class FaultFileSystem(OsFileSystem):
         self._gone = 0
         self._kill = kill_on_power_loss
         self._real_syncs = real_syncs
+        self._free: int | None = None     # bytes files may still grow by; None: no limit
+        self._write_rules: list[_WriteRule] = []
         self.boundaries: list[Boundary] = []
         self.dead = False
 
@@ -199,6 +217,63 @@ class FaultFileSystem(OsFileSystem):
         """Make the `nth` matching boundary raise OSError(`error`) without doing anything."""
         self._rules.append(_Rule(op, pattern, nth, "fail", error=error))
 
+    def fail_write(self, pattern: str, nth: int = 1, *, op: str = "write", error: int = errnos.EIO,
+                   written: int = 0) -> None:
+        """Make the `nth` pwrite or write (`op="truncate"`: ftruncate) of a file matching `pattern` (fnmatch on
+        its path) put its first `written` bytes in the file, then raise OSError(`error`): a write the disk
+        gave up on part-way (a truncate fails doing nothing)."""
+        self._write_rules.append(_WriteRule(op, pattern, nth, error, written))
+
+    def set_free_space(self, free: int | None) -> None:
+        """A disk with `free` bytes left (None: no limit). A write that needs more puts in what fits and
+        raises ENOSPC, as a kernel's short write followed by the call that fails; a truncate or an unlink
+        gives the bytes back. Growing a file by truncate is free (sparse), and writes through maps are
+        not counted."""
+        with self._lock:
+            self._free = free
+
+    @property
+    def free_space(self) -> int | None:
+        """The bytes files may still grow by (None: no limit)."""
+        return self._free
+
+    def _injected(self, op: str, fd: int) -> _WriteRule | None:
+        """The write rule that fires at this `op` on `fd`, if one does."""
+        path = self._tracked(fd).path
+        for rule in self._write_rules:
+            if rule.op == op and fnmatch.fnmatchcase(path, rule.pattern):
+                rule.seen += 1
+                if rule.seen == rule.nth:
+                    self._write_rules.remove(rule)
+                    return rule
+        return None
+
+    def _allowance(self, fd: int, size: int, position: int) -> tuple[int, int | None]:
+        """(bytes of a write of `size` at `position` that land, the errno to raise after them or None)."""
+        rule = self._injected("write", fd)
+        if rule is not None:
+            return min(rule.written, size), rule.error
+        if self._free is None:
+            return size, None
+        fits = max(0, self._tracked(fd).used + self._free - position)
+        if fits >= size:
+            return size, None
+        return fits, errnos.ENOSPC
+
+    def _grew(self, f: _File, end: int) -> None:
+        """`f` holds written bytes up to `end`: what it did not hold before comes off the free space."""
+        if end > f.used:
+            if self._free is not None:
+                self._free = max(0, self._free - (end - f.used))
+            f.used = end
+
+    def _shrunk(self, f: _File, size: int) -> None:
+        """`f` was cut to `size` bytes: the written bytes past it are free again."""
+        if size < f.used:
+            if self._free is not None:
+                self._free += f.used - size
+            f.used = size
+
     def _boundary(self, op: str, path: str, dst: str | None = None, span: tuple[int, int] = (0, 0)) -> bool:
         """Record a boundary and apply the rules; True if the power goes right after the operation."""
         with self._lock:
@@ -239,10 +314,12 @@ class FaultFileSystem(OsFileSystem):
         if directory not in self._dirs:
             self._dirs[directory] = _entries(directory)
 
-    def _file(self, key: tuple[int, int], path: str, size: int) -> _File:
+    def _file(self, key: tuple[int, int], path: str, size: int, allocated: int | None = None) -> _File:
         f = self._files.get(key)
         if f is None:
-            f = self._files[key] = _File(key, os.path.abspath(path), size)
+            # A file first seen here holds the bytes its blocks do (a preallocated index is sparse).
+            used = size if allocated is None else min(size, allocated)
+            f = self._files[key] = _File(key, os.path.abspath(path), size, used=used)
         return f
 
     def _retire(self, key: tuple[int, int]) -> None:
@@ -263,7 +340,7 @@ class FaultFileSystem(OsFileSystem):
         if key is None:   # opened around this file system: what it holds now counts as synced
             st = os.fstat(fd)
             key = self._fds[fd] = _key(st)
-            return self._file(key, os.readlink(f"/proc/self/fd/{fd}"), st.st_size)
+            return self._file(key, os.readlink(f"/proc/self/fd/{fd}"), st.st_size, st.st_blocks * 512)
         return self._files[key]
 
     def _keep_image(self, f: _File) -> None:
@@ -284,7 +361,7 @@ class FaultFileSystem(OsFileSystem):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                f = self._file(_key(st), path, st.st_size)
+                f = self._file(_key(st), path, st.st_size, st.st_blocks * 512)
                 if flags & os.O_TRUNC:
                     self._keep_image(f)
             fd = os.open(path, flags, mode)
@@ -293,6 +370,8 @@ class FaultFileSystem(OsFileSystem):
                 self._retire(key)   # a new file on the inode number of an unlinked one
             f = self._file(key, path, 0)
             f.path = os.path.abspath(path)
+            if flags & os.O_TRUNC:
+                self._shrunk(f, 0)
             self._fds[fd] = key
             self._own.add(fd)
             return fd
@@ -316,25 +395,41 @@ class FaultFileSystem(OsFileSystem):
     # length mid-batch), nor one landing after it restored the file.
 
     def pwrite(self, fd: int, data, position: int) -> int:
-        """os.pwrite; bytes below the synced length are kept aside first."""
+        """os.pwrite; bytes below the synced length are kept aside first; a failure rule or a full disk
+        writes part of `data`, then raises."""
         with self._lock:
             self._alive()
             self._before_write(fd, position)
-            return os.pwrite(fd, data, position)
+            return self._write_at(fd, memoryview(data), position)
 
     def write(self, fd: int, data) -> int:
-        """os.write at the descriptor's offset."""
+        """os.write at the descriptor's offset (which moves on), failing as `pwrite` does."""
         with self._lock:
             self._alive()
-            self._before_write(fd, os.lseek(fd, 0, os.SEEK_CUR))
-            return os.write(fd, data)
+            position = os.lseek(fd, 0, os.SEEK_CUR)
+            self._before_write(fd, position)
+            written = self._write_at(fd, memoryview(data), position)
+            os.lseek(fd, position + written, os.SEEK_SET)
+            return written
+
+    def _write_at(self, fd: int, view: memoryview, position: int) -> int:
+        allowed, error = self._allowance(fd, len(view), position)
+        written = os.pwrite(fd, view[:allowed], position) if allowed else 0
+        self._grew(self._tracked(fd), position + written)
+        if error is not None:
+            raise OSError(error, f"injected: {os.strerror(error)}", self._tracked(fd).path)
+        return written
 
     def truncate(self, fd: int, size: int) -> None:
-        """os.ftruncate; cutting into the synced bytes keeps them aside first."""
+        """os.ftruncate; cutting into the synced bytes keeps them aside first; cutting gives space back."""
         with self._lock:
             self._alive()
+            rule = self._injected("truncate", fd)
+            if rule is not None:
+                raise OSError(rule.error, f"injected: {os.strerror(rule.error)}", self._tracked(fd).path)
             self._before_write(fd, size)
             os.ftruncate(fd, size)
+            self._shrunk(self._tracked(fd), size)
 
     def _sync(self, fd: int, sync) -> None:
         with self._lock:
@@ -360,13 +455,22 @@ class FaultFileSystem(OsFileSystem):
 
     def mmap(self, fd: int, length: int, *, writable: bool):
         """A map; a writable one makes every write through it unsynced until the next fsync."""
+        self._mapping(fd, writable)
+        return super().mmap(fd, length, writable=writable)
+
+    def map_file(self, fd: int, length: int, *, writable: bool):
+        """A map holding no descriptor; as `mmap`, its writes are unsynced until an fsync of the file
+        (through any descriptor: the memory is the file's, by inode)."""
+        self._mapping(fd, writable)
+        return super().map_file(fd, length, writable=writable)
+
+    def _mapping(self, fd: int, writable: bool) -> None:
         with self._lock:
             self._alive()
             if writable:
                 f = self._tracked(fd)
                 self._keep_image(f)
                 f.mapped = True
-        return super().mmap(fd, length, writable=writable)
 
     # -- names -------------------------------------------------------------------------------
 
@@ -378,14 +482,14 @@ class FaultFileSystem(OsFileSystem):
             power_goes = self._boundary("rename", src, dst)
             st = os.lstat(src)
             if stat.S_ISREG(st.st_mode):
-                self._file(_key(st), src, st.st_size).path = os.path.abspath(dst)
+                self._file(_key(st), src, st.st_size, st.st_blocks * 512).path = os.path.abspath(dst)
             try:
                 replaced = os.lstat(dst)
             except FileNotFoundError:
                 replaced = None
             if replaced is not None and stat.S_ISREG(replaced.st_mode):
                 # The file the rename replaces comes back if the rename is lost.
-                self._keep_image(self._file(_key(replaced), dst, replaced.st_size))
+                self._keep_image(self._file(_key(replaced), dst, replaced.st_size, replaced.st_blocks * 512))
                 self._retire(_key(replaced))
             os.replace(src, dst)
             if power_goes:
@@ -397,9 +501,12 @@ class FaultFileSystem(OsFileSystem):
             self._alive()
             self._track_dir(os.path.dirname(os.path.abspath(path)))
             st = os.lstat(path)
-            self._keep_image(self._file(_key(st), path, st.st_size))
+            f = self._file(_key(st), path, st.st_size, st.st_blocks * 512)
+            self._keep_image(f)
             os.unlink(path)
             self._retire(_key(st))
+            if st.st_nlink == 1:
+                self._shrunk(f, 0)
 
     def makedirs(self, path: str, exist_ok: bool = False) -> None:
         """os.makedirs; each new directory is empty and unnamed for a crash until its parent is fsynced."""

@@ -1,0 +1,100 @@
+# cython: language_level=3
+"""A shared mapping of a file that holds no descriptor.
+
+CPython's `mmap.mmap` keeps a `dup` of the descriptor it maps for as long as
+the map lives, so each index map cost two descriptors (ours and its copy).
+mmap(2) needs none once it returns: the mapping keeps the file alive by
+itself, follows it through renames, and its writes reach the page cache the
+file's other readers see. `FileMap` is that: map, then let the caller close
+the descriptor.
+
+Reading a page past the end of a file that was cut under the map raises
+SIGBUS; the index searches guard their accesses (`logstore.native.index`).
+Bytes read through the buffer protocol here are not guarded: callers that
+may meet a damaged file read through the index cores.
+"""
+from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
+from libc.errno cimport errno
+from posix.mman cimport MADV_RANDOM, MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, madvise, mmap, msync, munmap
+
+import os
+
+
+cdef class FileMap:
+    """The first `length` bytes of a file, mapped shared; writable maps write through to the file.
+
+    Owns the mapping, not the descriptor it was made from. `close` refuses
+    while a buffer of it is exported (an index core holds one), as
+    `mmap.mmap` does, so nothing can read an address that was unmapped.
+    Not thread-safe: its owner (one index) serialises use.
+    """
+
+    cdef void* addr
+    cdef Py_ssize_t length
+    cdef Py_ssize_t exports
+    cdef readonly bint writable
+
+    def __cinit__(self, int fd, Py_ssize_t length, bint writable):
+        self.addr = NULL
+        if length <= 0:
+            raise ValueError(f"cannot map {length} bytes")
+        cdef int prot = PROT_READ | (PROT_WRITE if writable else 0)
+        cdef void* addr
+        with nogil:
+            addr = mmap(NULL, <size_t>length, prot, MAP_SHARED, fd, 0)
+        if addr == MAP_FAILED:
+            raise OSError(errno, os.strerror(errno))
+        self.addr = addr
+        self.length = length
+        self.writable = writable
+
+    def __dealloc__(self):
+        if self.addr != NULL:
+            munmap(self.addr, <size_t>self.length)
+
+    def __len__(self):
+        return self.length if self.addr != NULL else 0
+
+    @property
+    def closed(self):
+        """Whether the mapping is gone."""
+        return self.addr == NULL
+
+    def advise_random(self):
+        """Tell the kernel accesses are random (binary searches): a fault then reads no pages around it."""
+        self._check_open()
+        if madvise(self.addr, <size_t>self.length, MADV_RANDOM) != 0:
+            raise OSError(errno, os.strerror(errno))
+
+    def sync(self):
+        """msync(MS_SYNC): write the map's dirty pages to the file and wait for them."""
+        self._check_open()
+        cdef int rc
+        with nogil:
+            rc = msync(self.addr, <size_t>self.length, MS_SYNC)
+        if rc != 0:
+            raise OSError(errno, os.strerror(errno))
+
+    def close(self):
+        """Unmap; BufferError while a buffer of the map is still held."""
+        if self.addr == NULL:
+            return
+        if self.exports:
+            raise BufferError(f"cannot close a map with {self.exports} exported buffers")
+        munmap(self.addr, <size_t>self.length)
+        self.addr = NULL
+
+    cdef int _check_open(self) except -1:
+        if self.addr == NULL:
+            raise ValueError("the map is closed")
+        return 0
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        self._check_open()
+        if flags & PyBUF_WRITABLE and not self.writable:
+            raise BufferError("the map is read-only")
+        PyBuffer_FillInfo(view, self, self.addr, self.length, not self.writable, flags)
+        self.exports += 1
+
+    def __releasebuffer__(self, Py_buffer* view):
+        self.exports -= 1
