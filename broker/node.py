@@ -20,7 +20,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import Any, Protocol
 
 from logstore.broker.config import BrokerConfig
@@ -75,7 +75,8 @@ def _now_ms() -> int:
 class Node:
     """The store and coordinators of one data directory, with the thread that keeps them."""
 
-    def __init__(self, config: BrokerConfig, *, on_appended: Callable[[], None] | None = None,
+    def __init__(self, config: BrokerConfig, *,
+                 on_appended: Callable[[Iterable[tuple[str, int]] | None], None] | None = None,
                  fs: FileSystem = OS):
         self.config = config
         self.node_id = config["node.id"]
@@ -87,7 +88,7 @@ class Node:
             self.cluster_id = cluster_id(config.log_dirs[0], self.node_id, fs)
             self._complete_topics()
             self.producer_ids = ProducerIdAllocator(config.log_dirs[0], fs)
-            self._on_appended = on_appended or (lambda: None)
+            self._on_appended = on_appended or (lambda partitions: None)
             self._wake = threading.Condition()
             self._woken = False
             self._closing = False
@@ -154,12 +155,12 @@ class Node:
 
     # -- what clients and handlers use ---------------------------------------------------------
 
-    def notify_appended(self) -> None:
-        """Records or markers were appended: wake whoever waits for data."""
+    def notify_appended(self, partitions: Iterable[tuple[str, int]] | None = None) -> None:
+        """Records or markers were appended to `partitions` (None: any): wake whoever waits for data."""
         with self.appended:
             self.append_count += 1
             self.appended.notify_all()
-        self._on_appended()
+        self._on_appended(partitions)
 
     def add_client(self, client: Ticking) -> None:
         """Give an in-process client its ticks from now on."""

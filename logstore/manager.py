@@ -518,6 +518,8 @@ class LogManager:
                    default=-1)
 
     def _least_loaded_dir(self, opening: Mapping[Any, Log] | None = None) -> str:
+        if len(self.log_dirs) == 1:
+            return self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
         for opened in [*self._logs.values(), *(opening or {}).values()]:
             parent = os.path.dirname(opened.directory)

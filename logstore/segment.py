@@ -572,7 +572,9 @@ class LogSegment:
 
     def on_becoming_inactive(self) -> None:
         """On roll: the closing time-index entry, then trim both indexes to their entries."""
-        if self.size and self.writable:
+        # _max_ts None: nothing appended or recovered since the open, so the time index's last entry is
+        # the max already; reading it would map a file nothing else reads.
+        if self.size and self.writable and self._max_ts is not None:
             self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
         self.offset_index.trim()
         self.time_index.trim()

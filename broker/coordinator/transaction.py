@@ -81,14 +81,15 @@ class TransactionCoordinator:
     """
 
     def __init__(self, store: LogManager, allocate_producer_id: Callable[[], int], config: TxnConfig = TxnConfig(),
-                 *, clock: Callable[[], int] = _now_ms, on_markers: Callable[[], None] | None = None) -> None:
+                 *, clock: Callable[[], int] = _now_ms,
+                 on_markers: Callable[[list[tuple[str, int]]], None] | None = None) -> None:
         self.store = store
         self.config = config
         self._allocate = allocate_producer_id
         self._clock = clock
         self._topics = InternalTopics(store, config)
         self._state = TxnStateStore(store, self._topics, config.fsync)
-        self._markers = TxnMarkerWriter(store, config.fsync, on_markers or (lambda: None))
+        self._markers = TxnMarkerWriter(store, config.fsync, on_markers or (lambda partitions: None))
         self._completer = TxnCompleter(self._state, self._markers, clock)
         self._timeouts = TxnTimeouts(self._state, self._completer, clock, config)
 

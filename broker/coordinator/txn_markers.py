@@ -33,7 +33,8 @@ class TxnMarkerWriter:
     Holds no lock of its own: each partition's append takes that log's lock, one at a time.
     """
 
-    def __init__(self, store: LogManager, fsync: bool, on_markers: Callable[[], None]) -> None:
+    def __init__(self, store: LogManager, fsync: bool,
+                 on_markers: Callable[[list[tuple[str, int]]], None]) -> None:
         self._store = store
         self._fsync = fsync
         self._on_markers = on_markers
@@ -61,7 +62,7 @@ class TxnMarkerWriter:
                     self.on_offsets_marker(partition, meta.producer_id, commit)
         finally:
             if waits or meta.partitions:
-                self._on_markers()
+                self._on_markers(sorted(meta.partitions))
 
 
 class TxnCompleter:

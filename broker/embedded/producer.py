@@ -267,7 +267,7 @@ class Producer:
         for batch in batches:
             self._partitioner.batch_written(batch.tp)
             self._append(batch)
-        self._node.notify_appended()
+        self._node.notify_appended([batch.tp for batch in batches])
 
     def _append(self, batch: _Batch) -> None:
         topic, p = batch.tp

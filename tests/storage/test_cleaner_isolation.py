@@ -44,9 +44,8 @@ def _corrupt_second_segment(store: LogManager, topic: str) -> int:
     return segment.base_offset
 
 
-def _open(path) -> LogManager:
-    store = LogManager(str(path), broker_settings=SETTINGS)
-    return store
+def _open(path, *, cleaner: bool = True) -> LogManager:
+    return LogManager(str(path), broker_settings={**SETTINGS, "log.cleaner.enable": cleaner})
 
 
 def _rounds_until_marked(store: LogManager, rounds: int = 3) -> None:
@@ -108,10 +107,15 @@ def test_the_mark_lasts_until_the_store_opens_again(tmp_path):
         assert list(read_uncleanable(str(tmp_path))) == ["bad-0"]
     finally:
         store.close()
-    store = _open(tmp_path)
+    # Opened without the cleaner first: its first round would race the check that opening cleared the mark.
+    store = _open(tmp_path, cleaner=False)
     try:
         assert store.cleaner.uncleanable_partitions() == {}
         assert read_uncleanable(str(tmp_path)) == {} and _report(tmp_path)["bad-0"]["uncleanable"] is None
+    finally:
+        store.close()
+    store = _open(tmp_path)
+    try:
         _rounds_until_marked(store)
         assert list(store.cleaner.uncleanable_partitions()) == [("bad", 0)], "tried again, and marked again"
     finally:
