@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import signal
-import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -30,6 +29,9 @@ from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopi
 from broker_process import CLEAN_SHUTDOWN_MARKER, STOP_TIMEOUT, BrokerProcess, free_port
 from raw_wire import kio_round_trip
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
+from small_disk import fill, mounted_tmpfs  # noqa: E402 (found through the path set just above)
+
 TIMEOUT = 30.0   # s: any one wait for the broker or a client
 TMPFS_SIZE = "24m"
 VALUE = 1000     # bytes of each record's value
@@ -42,33 +44,8 @@ FETCH, KAFKA_STORAGE_ERROR = 1, 56
 @pytest.fixture
 def tmpfs(tmp_path):
     """A tmpfs of its own at `tmp_path/data` (unmounted at teardown)."""
-    mount = tmp_path / "data"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        pytest.fail(f"these tests need to mount a tmpfs (as root): mount said {done.stderr.strip()!r}")
-    try:
+    with mounted_tmpfs(tmp_path / "data", TMPFS_SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def _fill(directory: Path) -> Path:
-    """A file of zeros in `directory` grown until the file system refuses: the disk is full."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        for chunk in (b"\0" * 65536, b"\0" * 4096, b"\0"):
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-    finally:
-        os.close(fd)
-    return filler
 
 
 _STARTED: list[BrokerProcess] = []
@@ -185,7 +162,7 @@ def test_fill_errors_free_produce_more_kill_restart_loses_nothing(tmpfs):
         failed: list[object] = []
         _produce(producer, topic, _values(0, 100), acked, failed)
         assert not failed
-        filler = _fill(tmpfs)
+        filler = fill(tmpfs)
         # Fill: the producer's retries end in delivery failures; nothing the broker could not write is acked.
         _produce(producer, topic, _values(100, 200), acked, failed)
         assert failed, "the disk never filled"
@@ -211,7 +188,7 @@ def test_sigterm_on_a_full_disk_stops_cleanly_and_the_next_start_recovers(tmpfs)
     failed: list[object] = []
     _produce(_producer(broker), topic, _values(0, 300), acked, failed)
     assert not failed
-    filler = _fill(tmpfs)
+    filler = fill(tmpfs)
     _storage_error_on_the_wire(broker, topic)
     _stop_and_check(broker, status=0)
     assert not (tmpfs / CLEAN_SHUTDOWN_MARKER).exists()
@@ -231,12 +208,12 @@ def test_a_start_on_a_full_disk_after_an_unclean_stop_serves_and_then_takes_writ
     _produce(_producer(broker), topic, _values(0, 300), acked, failed)
     assert not failed
     broker.kill()
-    filler = _fill(tmpfs)
+    filler = fill(tmpfs)
     broker.start()
     with _killed_on_failure(broker):
         assert _read_all(broker, topic) == acked
         # What the start freed (index files it kept in memory instead) is taken again.
-        _fill(tmpfs)
+        fill(tmpfs)
         _storage_error_on_the_wire(broker, topic)
         filler.unlink()
         _produce(_producer(broker), topic, _values(300, 10), acked, failed)

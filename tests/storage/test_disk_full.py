@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
 
 import pytest
 
@@ -20,6 +19,7 @@ from logstore.checkpoints import CLEAN_SHUTDOWN_MARKER, RECOVERY_POINT_CHECKPOIN
 from logstore.errors import StorageError
 from logstore.filesystem import OS
 from logstore.log import Log
+from small_disk import fill, mounted_tmpfs
 
 KAFKA_STORAGE_ERROR = 56
 
@@ -286,34 +286,9 @@ def test_a_topic_creation_that_fails_midway_leaves_nothing(tmp_path, error):
 
 @pytest.fixture
 def tmpfs(tmp_path):
-    """A small tmpfs of its own (we run as root), unmounted at teardown."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
-    if done.returncode != 0:
-        pytest.fail(f"this test needs to mount a tmpfs (as root): mount said {done.stderr.strip()!r}")
-    try:
+    """A small tmpfs of its own, unmounted at teardown."""
+    with mounted_tmpfs(tmp_path / "tmpfs", "16m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def _fill(directory) -> str:
-    """A file of zeros grown until the file system refuses: the disk is full."""
-    path = os.path.join(directory, "filler")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        for chunk in (b"\0" * 65536, b"\0" * 4096, b"\0"):
-            while True:
-                try:
-                    os.write(fd, chunk)
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC, exc
-                    break
-    finally:
-        os.close(fd)
-    return path
 
 
 def test_a_recovery_on_a_real_full_disk_keeps_its_indexes_in_memory(tmpfs):
@@ -335,7 +310,7 @@ def test_a_recovery_on_a_real_full_disk_keeps_its_indexes_in_memory(tmpfs):
                 length = os.fstat(f.fileno()).st_size
                 f.truncate(0)
                 f.truncate(length)
-    filler = _fill(tmpfs)
+    filler = fill(tmpfs)
     with logstore.open(str(tmpfs / "d"), config, start_scheduler=False) as reopened:
         log = reopened.log("t")
         assert not log.recovery_report.clean_shutdown
@@ -343,7 +318,7 @@ def test_a_recovery_on_a_real_full_disk_keeps_its_indexes_in_memory(tmpfs):
         assert log.offset_for_timestamp(1_500) == (500, 1_500)
         # The index files went (the next open rebuilds them), which gave their space back: take it again.
         assert not [n for n in os.listdir(segment_dir) if n.endswith((".index", ".timeindex"))]
-        _fill(tmpfs)
+        fill(tmpfs)
         with pytest.raises(StorageError) as info:
             log.append_records([b"x" * 3 * 4096])
         assert info.value.retriable

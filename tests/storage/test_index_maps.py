@@ -18,6 +18,7 @@ from fault_fs import FaultFileSystem
 from logstore.filesystem import OsFileSystem
 from logstore.index import IndexAccessError, OffsetIndex, TimeIndex
 from logstore.log import Log
+from small_disk import mounted_tmpfs
 
 CHILD_TIMEOUT = 120
 TMPFS_SIZE = 256 * 1024
@@ -314,17 +315,9 @@ def test_an_append_to_an_index_cut_under_its_map_raises_a_storage_error(tmp_path
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A tmpfs of its own at `tmp_path/disk`, TMPFS_SIZE bytes (we run as root: `mount -t tmpfs`)."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mount)],
-                          capture_output=True, text=True)
-    if done.returncode:
-        pytest.fail(f"this test needs to mount a tmpfs (as root): mount said {done.stderr.strip()!r}")
-    try:
+    """A tmpfs of its own at `tmp_path/disk`, TMPFS_SIZE bytes."""
+    with mounted_tmpfs(tmp_path / "disk", TMPFS_SIZE) as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_an_index_append_on_a_full_disk_raises_a_storage_error(small_disk):
