@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 PYTEST := $(BIN)/python -m pytest
 
-.PHONY: run test soak bench build clean kcat dist check
+.PHONY: run test soak bench bench-tools build clean kcat dist check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -65,7 +65,13 @@ soak: build kcat
 # Each suite writes its JSON, then its report prints the ratios.
 BENCH := $(PYTEST) -q --benchmark-only --benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
 
-bench: build
+# The C client of the broker benches (bench/c_client.py, bench/parked_fetch.py): librdkafka's rdkafka_performance
+# in build/bench-tools, built against Debian's librdkafka source and run against the confluent-kafka wheel's newer
+# librdkafka; apt-get installs what is missing. Does nothing once built.
+bench-tools: build
+	bench/tools/build_rdkafka_performance.sh $(VENV)
+
+bench: build bench-tools
 	@mkdir -p .benchmarks
 	$(BENCH) bench/test_codec.py --benchmark-json=.benchmarks/codec.json --benchmark-min-rounds=10 \
 		--benchmark-sort=name
@@ -94,6 +100,10 @@ bench: build
 	$(BIN)/python bench/test_coordinator_load.py .benchmarks/coordinator_load.json
 	$(BENCH) bench/test_cluster_metadata.py --benchmark-json=.benchmarks/cluster_metadata.json
 	$(BIN)/python bench/test_cluster_metadata.py .benchmarks/cluster_metadata.json
+	$(BENCH) bench/test_produce_check.py --benchmark-json=.benchmarks/produce_check.json
+	$(BIN)/python bench/test_produce_check.py .benchmarks/produce_check.json
+	$(BIN)/python bench/c_client.py --data-root /dev/shm
+	$(BIN)/python bench/parked_fetch.py --data-root /dev/shm
 
 # Release artifacts in dist/: the sdist, and from it one wheel per Python 3.11-3.13
 # that runs here (pythonX.Y on PATH, else pyenv's newest X.Y), compiled at -O3,

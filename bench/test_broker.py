@@ -80,8 +80,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import importlib
-import io
 import math
 import os
 import random
@@ -96,15 +94,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
-from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import i16, i32, i32Timedelta
 
 import logstore.formats.kafka as K
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "clients"))
 from broker_process import BrokerProcess, free_port  # noqa: E402
+from kio_call import KioCall  # noqa: E402
 
 SEED = 20240611
 GB = 1e9  # "per GB" means per 10^9 bytes of message values
@@ -459,40 +456,8 @@ def test_consume(benchmark, broker, admin, values, filled):
 # 3. 200 connections x 1,000 partitions
 
 
-class _KioCall:
-    """One (api key, version): frames a request with kio and reads the response back."""
-
-    def __init__(self, api_key: int, version: int):
-        self.request = load_request_schema(api_key, version)
-        response = load_response_schema(api_key, version)
-        self.types = importlib.import_module(self.request.__module__)
-        self._write_header = entity_writer(self.request.__header_schema__)
-        self._write_body = entity_writer(self.request)
-        self._read_header = entity_reader(response.__header_schema__)
-        self._read_body = entity_reader(response)
-
-    def frame(self, correlation_id: int, body) -> bytes:
-        """The whole request frame: size, header (client_id "bench"), body."""
-        out = io.BytesIO()
-        out.write(b"\0\0\0\0")
-        header = self.request.__header_schema__(
-            request_api_key=i16(self.request.__api_key__), request_api_version=i16(self.request.__version__),
-            correlation_id=i32(correlation_id), client_id="bench")
-        self._write_header(out, header)
-        self._write_body(out, body)
-        buf = out.getbuffer()
-        struct.pack_into(">i", buf, 0, len(buf) - 4)
-        return bytes(buf)
-
-    def read(self, frame: bytes, correlation_id: int):
-        """The response body of a frame (size prefix removed), checking its correlation id."""
-        header, size = self._read_header(frame, 0)
-        assert header.correlation_id == correlation_id, (header.correlation_id, correlation_id)
-        return self._read_body(frame, size)[0]
-
-
-METADATA = _KioCall(3, METADATA_VERSION)
-PRODUCE = _KioCall(0, PRODUCE_VERSION)
+METADATA = KioCall(3, METADATA_VERSION)
+PRODUCE = KioCall(0, PRODUCE_VERSION)
 
 
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes) -> bytes:

@@ -48,7 +48,8 @@ _Skipper: TypeAlias = Callable[[bytes, int, int], int]
 
 
 class ArrayCountError(ValueError):
-    """An array or tagged-field count larger than the bytes left in the frame."""
+    """An array or tagged-field count larger than the bytes left in the frame, or a null array count where
+    the schema allows none."""
 
 
 # Tag sections to rewrite, found by the walk in progress: (start, end, known entries).
@@ -82,7 +83,7 @@ def _int(fmt: struct.Struct, buf: bytes, pos: int, end: int) -> tuple[int, int]:
 
 
 def _count(buf: bytes, pos: int, end: int, flexible: bool, what: str) -> tuple[int, int]:
-    """An array's element count (0 for null), checked against the bytes after it."""
+    """An array's element count (-1 for null), checked against the bytes after it."""
     if flexible:
         n, pos = _uvarint(buf, pos, end)
         n -= 1
@@ -90,7 +91,7 @@ def _count(buf: bytes, pos: int, end: int, flexible: bool, what: str) -> tuple[i
         n, pos = _int(_I32, buf, pos, end)
     if n > end - pos:
         raise ArrayCountError(f"{what}: {n} elements announced, {end - pos} bytes left")
-    return max(n, 0), pos
+    return max(n, -1), pos
 
 
 def _primitive(kafka_type: str, flexible: bool, legacy_string: bool) -> _Skipper:
@@ -138,9 +139,14 @@ def _field(field: Field[Any], flexible: bool, legacy_string: bool, is_tag: bool)
     element = (_primitive(get_schema_field_type(field), flexible, False) if isinstance(kind, PrimitiveTupleField)
                else _entity(kind.type_))
     assert isinstance(kind, (PrimitiveTupleField, EntityTupleField))
+    nullable = is_optional(field)
 
     def skip_array(buf: bytes, pos: int, end: int) -> int:
         n, pos = _count(buf, pos, end, flexible, where)
+        # kio reads a null count of a non-nullable array as None, which no handler expects; Kafka's
+        # generated readers refuse it.
+        if n < 0 and not nullable:
+            raise ArrayCountError(f"{where}: null for a non-nullable array")
         for _ in range(n):
             pos = element(buf, pos, end)
         return pos

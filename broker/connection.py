@@ -31,7 +31,15 @@ from typing import IO, TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from logstore.broker.api import REGISTRY, Api, Request
 from logstore.broker.authorizer import KafkaPrincipal
-from logstore.broker.protocol import HeldSlice, Part, PreEncoded, ProtocolError, UnsupportedRequest, peek_api
+from logstore.broker.protocol import (
+    SENDFILE_MIN_BYTES,
+    HeldSlice,
+    Part,
+    PreEncoded,
+    ProtocolError,
+    UnsupportedRequest,
+    peek_api,
+)
 
 if TYPE_CHECKING:
     from logstore.broker.context import BrokerContext
@@ -42,9 +50,6 @@ log = logging.getLogger(__name__)
 
 _SIZE = struct.Struct(">i")
 _T = TypeVar("_T")
-# Below this a file range is read and written like any bytes; above, sendfile's
-# pause of the connection's reads costs less than the copy through user space.
-SENDFILE_MIN_BYTES = 64 * 1024
 # kio decodes 10-30 MB/s here (bench: a Metadata, OffsetCommit, Fetch or ListOffsets frame of 16 KiB
 # takes 0.5-1.6 ms), so frames up to this stay on the loop, where the hop to a thread (~0.1 ms) would
 # cost more than it saves, and larger ones, which would hold every connection for milliseconds to

@@ -12,6 +12,7 @@ reader needs in front of it, and the parts of the responses encoded natively
 from __future__ import annotations
 
 import os
+import resource
 import struct
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 
     from logstore.segment import FileSlice
 
-__all__ = ["ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
+__all__ = ["SENDFILE_MIN_BYTES", "hold",
+           "ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
            "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
            "encode_kio", "decode_native_produce", "Part"]
 
@@ -121,8 +123,18 @@ def read_header_only(frame: bytes, api_key: int, version: int) -> RequestHeader:
     return header
 
 
+# Below this a file range is copied into its reply; above, sendfile's pause of the
+# connection's reads costs less than the copy through user space.
+SENDFILE_MIN_BYTES = 64 * 1024
+
+
+def _held_limit() -> int:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return max(16, min(soft, 1 << 20) // 8)
+
+
 class HeldSlice:
-    """A file range a response will send, on its own duplicate of the segment's fd.
+    """A file range a response will send, on the duplicate of the segment's fd its read made.
 
     The duplicate keeps the bytes readable however long the reply waits in
     the connection's queue: retention may close and unlink the segment
@@ -131,11 +143,17 @@ class HeldSlice:
 
     __slots__ = ("fd", "position", "size")
 
+    # Held descriptors of the whole process: every queued reply keeps its own until sent or dropped, so
+    # past `limit` (an eighth of the open-files limit) ranges are copied instead (`hold`).
+    held = 0
+    limit = _held_limit()
+
     def __init__(self, file_slice: FileSlice):
-        self.fd = -1  # so __del__ has nothing to close if the dup fails
-        self.fd = os.dup(file_slice.fd)
+        self.fd = file_slice.detach()
         self.position = file_slice.position
         self.size = file_slice.size
+        if self.fd >= 0:
+            HeldSlice.held += 1
 
     def read(self) -> bytes:
         """The bytes of the range."""
@@ -151,11 +169,23 @@ class HeldSlice:
     def close(self) -> None:
         """Release the duplicate fd (idempotent)."""
         if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+            fd, self.fd = self.fd, -1
+            HeldSlice.held -= 1
+            os.close(fd)
 
     # A reply dropped unsent (its connection closed) still gives its fd back.
     __del__ = close
+
+
+def hold(file_slice: FileSlice) -> HeldSlice | bytes:
+    """A read's range as a reply part: kept on its descriptor to be sent from the file if large and the
+    process holds few, else copied now and the descriptor closed."""
+    if file_slice.size < SENDFILE_MIN_BYTES or HeldSlice.held >= HeldSlice.limit:
+        try:
+            return file_slice.read()
+        finally:
+            file_slice.close()
+    return HeldSlice(file_slice)
 
 
 # What a reply is sent as: bytes, and file ranges the sender reads or sendfiles itself.

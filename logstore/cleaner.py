@@ -37,17 +37,26 @@ unchanged: their records are not compacted.
 """
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar, cast
 
-from logstore.errors import StorageError
-from logstore.filenames import CLEANED_SUFFIX
+from logstore.cleaner_txns import TransactionTracker
+from logstore.errors import StorageError, StorageIOError
+from logstore.filenames import (
+    CLEANED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    offset_path,
+)
 from logstore.filesystem import OS, FileSystem
 from logstore.formats.kafka import LOG_OVERHEAD, entry_prefix, peek_header
-from logstore.index import AbortedTxn
 from logstore.log import Log
 from logstore.native.cleaner import OffsetMap, empty_batch, filter_batch
 from logstore.read_committed import collect_aborted
@@ -160,7 +169,7 @@ def _whole_entries(buf: memoryview) -> int:
     return pos
 
 
-def _read_spans(segment: LogSegment, position: int, chunk: int, fs: FileSystem) -> Iterator[tuple[int, memoryview]]:
+def _read_spans(segment: LogSegment, position: int, chunk: int) -> Iterator[tuple[int, memoryview]]:
     """(file position, bytes) of whole entries from `position` on, about `chunk` bytes at a time.
 
     One read per chunk, as Kafka's cleaner reads into its I/O buffer; an entry
@@ -168,13 +177,13 @@ def _read_spans(segment: LogSegment, position: int, chunk: int, fs: FileSystem) 
     """
     end = segment.size
     while position < end:
-        buf = memoryview(fs.pread(segment.fd, min(chunk, end - position), position))
+        buf = memoryview(segment.pread(min(chunk, end - position), position))
         used = _whole_entries(buf)
         if used == 0:
             prefix = entry_prefix(buf)
             if prefix is None:
                 return
-            buf = memoryview(fs.pread(segment.fd, prefix.size, position))
+            buf = memoryview(segment.pread(prefix.size, position))
             used = _whole_entries(buf)
             if used == 0:
                 return   # a torn tail: recovery's business, not the cleaner's
@@ -182,61 +191,25 @@ def _read_spans(segment: LogSegment, position: int, chunk: int, fs: FileSystem) 
         position += used
 
 
-class TransactionTracker:
-    """Which transactional batches and markers the cleaner may drop (Kafka's CleanedTransactionMetadata).
+def _put_off(target: Log, exc: BaseException) -> StorageIOError:
+    """What a round that ran out of space raises once its output is gone: an `intact` ENOSPC, the log being
+    as before (a full disk costs the round, not the log dir)."""
+    return StorageIOError(f"cleaning {target.directory} ran out of space ({exc}); its output was removed and the "
+                          "log is as before", OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), target.directory),
+                          intact=True)
 
-    Fed the aborted transactions of each segment before its batches, in log
-    order. A batch of an aborted transaction may go at once; its ABORT marker
-    stays (and keeps its `.txnindex` entry) while a round still saw data of
-    the transaction, and a COMMIT marker stays while a round saw its data.
-    """
 
-    def __init__(self) -> None:
-        self._pending: list[AbortedTxn] = []
-        self._aborted: dict[int, list[AbortedTxn | bool]] = {}   # producer id -> [AbortedTxn, saw data]
-        self._committed: set[int] = set()
-        self.kept_aborted: list[AbortedTxn] = []
-
-    def add_aborted(self, txns: Sequence[AbortedTxn]) -> None:
-        """Aborted transactions found in the range about to be read."""
-        known = {(t.producer_id, t.first_offset) for t in self._pending}
-        self._pending.extend(t for t in txns if (t.producer_id, t.first_offset) not in known)
-        self._pending.sort(key=lambda t: t.first_offset)
-
-    def _reach(self, offset: int) -> None:
-        while self._pending and self._pending[0].first_offset <= offset:
-            txn = self._pending.pop(0)
-            self._aborted.setdefault(txn.producer_id, [txn, False])
-
-    def on_data(self, header: BatchHeader) -> bool:
-        """A data batch was read; True if it belongs to an aborted transaction."""
-        self._reach(header.last_offset)
-        if not header.is_transactional:
-            return False
-        aborted = self._aborted.get(header.producer_id)
-        if aborted is not None:
-            aborted[1] = True
-            return True
-        self._committed.add(header.producer_id)
-        return False
-
-    def on_marker(self, header: BatchHeader, marker_type: str) -> bool:
-        """A control batch was read (its marker's type name, EMPTY once emptied); True if it may go."""
-        self._reach(header.last_offset)
-        if marker_type == "EMPTY":
-            return True
-        if marker_type == "ABORT":
-            aborted = self._aborted.pop(header.producer_id, None)
-            if aborted is not None and aborted[1]:
-                self.kept_aborted.append(cast(AbortedTxn, aborted[0]))  # the pair is [AbortedTxn, saw data]
-                return False
-            return True
-        if marker_type == "COMMIT":
-            if header.producer_id in self._committed:
-                self._committed.discard(header.producer_id)
-                return False
-            return True
-        return False
+def _remove_cleaned(directory: str, base_offset: int, fs: FileSystem, exc: BaseException) -> None:
+    """Remove what a `.cleaned` segment that failed to open left (by name: there is no segment to ask)."""
+    for suffix in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
+        path = offset_path(directory, base_offset, suffix + CLEANED_SUFFIX)
+        try:
+            fs.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as failure:
+            raise StorageIOError(f"cleaner output {path} could not be removed after {exc}: {failure}",
+                                 failure) from exc
 
 
 def _index_bytes(segment: LogSegment) -> int:
@@ -342,7 +315,7 @@ class Cleaner:
             found = segment.translate_offset(start) if segment.base_offset < start else None
             if found is not None:
                 position = found.position
-            for _position, buf in _read_spans(segment, position, self._read_chunk, self._fs):
+            for _position, buf in _read_spans(segment, position, self._read_chunk):
                 self._check(target)
                 for entry in fmt.iter_entries(buf):
                     if entry.base_offset >= upper:
@@ -390,7 +363,7 @@ class Cleaner:
         fmt = target.format
         tracker.add_aborted(collect_aborted(segments, [s.base_offset for s in segments], segment.base_offset,
                                             segment.read_next_offset()))
-        for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
+        for _, buf in _read_spans(segment, 0, self._read_chunk):
             for entry in fmt.iter_entries(buf):
                 if entry.magic == 2:
                     # Magic 2: a v2 batch header, which mypy cannot tell from the byte.
@@ -403,10 +376,25 @@ class Cleaner:
     def _clean_group(self, target: Log, group: list[LogSegment], tracker: TransactionTracker,
                      last_of_producers: Mapping[int, tuple[int | None, int]], now: int,
                      stats: CleanerStats) -> None:
+        """Rewrite one group into a `.cleaned` segment and swap it in.
+
+        Until the swap starts, a failure removes the output, so the log and its directory are as they were;
+        an ENOSPC is then raised as an `intact` StorageIOError (a full disk puts the round off, nothing more).
+        Once the swap started its files are left as they are: the `.swap` may hold the only copy of what the
+        group keeps, and the loader finishes or undoes the swap at the next open.
+        """
         config = target.config
-        cleaned = LogSegment(target.directory, group[0].base_offset, index_interval_bytes=config.index_interval_bytes,
-                             max_index_size=config.segment_index_bytes, fmt=target.format, suffix=CLEANED_SUFFIX,
-                             fs=self._fs)
+        base = group[0].base_offset
+        try:
+            cleaned = LogSegment(target.directory, base, index_interval_bytes=config.index_interval_bytes,
+                                 max_index_size=config.segment_index_bytes, fmt=target.format, suffix=CLEANED_SUFFIX,
+                                 fs=self._fs)
+        except BaseException as exc:
+            _remove_cleaned(target.directory, base, self._fs, exc)
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                raise _put_off(target, exc) from exc
+            raise
+        swapping = False
         try:
             tracker.kept_aborted = []
             segments = target.segments
@@ -428,10 +416,23 @@ class Cleaner:
             # Kafka keeps the group's last modification time, which time-based retention reads.
             self._fs.set_mtime(cleaned.log_path, self._fs.mtime(group[-1].log_path))
             self._check(target)
-            if not target.replace_segments(cleaned, group):
+            swapping = True
+            swapped = target.replace_segments(cleaned, group)
+            swapping = False
+            if not swapped:
                 raise CleaningAborted(f"{target.directory}: segments changed while cleaning")
-        except BaseException:
-            cleaned.delete()
+        except BaseException as exc:
+            if swapping:
+                raise
+            # Asked before the files go: an index map's fault reads as a full disk only while they exist.
+            full = cleaned.is_full_disk_fault(exc)
+            try:
+                cleaned.delete()
+            except OSError as failure:
+                raise StorageIOError(f"cleaner output {cleaned.log_path} could not be removed after {exc}: "
+                                     f"{failure}", failure) from exc
+            if full:
+                raise _put_off(target, exc) from exc
             raise
 
     def _clean_segment(self, target: Log, segment: LogSegment, cleaned: LogSegment, tracker: TransactionTracker,
@@ -441,7 +442,7 @@ class Cleaner:
         written_end = 0
         fmt = target.format
         retention = target.config.delete_retention_ms
-        for _, buf in _read_spans(segment, 0, self._read_chunk, self._fs):
+        for _, buf in _read_spans(segment, 0, self._read_chunk):
             self._check(target)
             stats.bytes_read += len(buf)
             out: list[bytes | memoryview]

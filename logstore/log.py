@@ -492,7 +492,7 @@ class Log:
         flushed = set()
         while self._rolled:   # pop: a roll may append meanwhile (under the log's lock, not ours)
             segment = self._rolled.pop(0)
-            if segment.fd >= 0:
+            if not segment.closed:
                 created = segment.flush() or created
                 flushed.add(segment)
         for segment, newest in segments_between(self._segments, start, end):

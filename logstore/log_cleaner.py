@@ -5,13 +5,20 @@ round starts) and `cleaner-state.json` (ours: the last round's figures and
 the uncleanable partitions, for `logstore cleaner`; Kafka ignores files it
 does not know in a log dir). The rounds themselves are `logstore.cleaner`.
 
-As Kafka's LogCleanerManager does, a partition whose round fails (a corrupt
-batch, a failed read) is marked uncleanable in its log dir: the failure is
+As Kafka's LogCleanerManager does, a partition whose round fails on its data
+(a corrupt batch) is marked uncleanable in its log dir: the failure is
 logged once, the partition is left out of every later round, and the other
 partitions go on being cleaned. The mark lasts until the store is opened
 again, or until the log no longer holds the segments it had when it failed
 (the partition deleted, truncated, or its old segments removed), when the
 partition is tried again.
+
+A storage failure is the disk's, not the partition's, and marks nothing (Kafka's
+CleanerThread.cleanLog): an I/O error takes the log dir offline (its logs are
+then left alone), except an ENOSPC whose round removed its output, which only
+puts the round off; the partition is cleaned once space returns. The
+cleaner's own files (`cleaner-offset-checkpoint`, `cleaner-state.json`)
+that a full disk refuses are kept in memory and written at the next chance.
 """
 from __future__ import annotations
 
@@ -27,9 +34,10 @@ from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint, write_atomically
 from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, log_to_clean
-from logstore.errors import LogStoreError
+from logstore.errors import LogDirOfflineError, LogStoreError, StorageIOError
 from logstore.filesystem import OS, FileSystem
 from logstore.log import Log
+from logstore.log_dir_failures import write_failed
 from logstore.segment import LogSegment
 
 log = logging.getLogger(__name__)
@@ -197,11 +205,12 @@ class LogCleaner:
         logs = self._logs()
         self._forget_lifted(logs)
         for key, target in sorted(logs.items()):
-            if target.config.compacts and not target.closed and key not in self._uncleanable:
+            if target.config.compacts and not target.closed and target.dir_state.online \
+                    and key not in self._uncleanable:
                 try:
                     found.append(log_to_clean(target, self.checkpoints.get(key), now))
                 except Exception as exc:  # noqa: BLE001 - any failure isolates this partition only, as in Kafka
-                    self._mark_uncleanable(target, exc)
+                    self._failed(target, exc)
         return sorted(found, key=lambda c: c.cleanable_ratio, reverse=True)
 
     def _forget_lifted(self, logs: Mapping[tuple[str, int], Log]) -> None:
@@ -215,6 +224,22 @@ class LogCleaner:
             for log_dir in dirs:
                 self._write_state(log_dir)
 
+    def _failed(self, target: Log, exc: Exception) -> bool:
+        """Deal with a failed round as Kafka's CleanerThread does; whether the next round may start at once
+        (not when a full disk put this one off: the backoff gives it time to get space back)."""
+        key = (target.topic, target.partition)
+        if isinstance(exc, OSError):
+            # An intact ENOSPC comes back as it is, the dir online; any other I/O error takes the dir offline.
+            exc = write_failed(target.dir_state, f"cleaning of {target.directory}", exc)
+        if isinstance(exc, LogDirOfflineError) or not target.dir_state.online:
+            log.warning("cleaning %s-%d stopped: its log dir is offline (%s)", *key, exc)
+            return True
+        if isinstance(exc, StorageIOError):
+            log.warning("cleaning %s-%d put off until the disk has space: %s", *key, exc)
+            return False
+        self._mark_uncleanable(target, exc)
+        return True
+
     def _mark_uncleanable(self, target: Log, exc: Exception) -> None:
         """Leave the partition out of later rounds, saying so once (Kafka's markPartitionUncleanable)."""
         key = (target.topic, target.partition)
@@ -223,8 +248,8 @@ class LogCleaner:
         with self._lock:
             self._uncleanable[key] = mark
             self._write_state(os.path.dirname(target.directory))
-        if isinstance(exc, (LogStoreError, OSError)):
-            # Damaged data or a failed read: the partition's, with nothing more for a traceback to tell.
+        if isinstance(exc, LogStoreError):
+            # Damaged data: the partition's, with nothing more for a traceback to tell.
             log.error("cleaning %s-%d failed, marking it uncleanable (the other partitions go on): %s", *key,
                       mark.error)
         else:
@@ -254,24 +279,35 @@ class LogCleaner:
         except CleaningAborted:
             raise
         except Exception as exc:  # noqa: BLE001 - any failure isolates this partition only, as in Kafka
-            self._mark_uncleanable(target, exc)
-            # The next round starts at once: the others need not wait a backoff for this one.
-            return True
+            # Unless a full disk put it off, the next round starts at once: the others need not wait for this one.
+            return self._failed(target, exc)
         with self._lock:
             self.checkpoints[key] = stats.end_offset
             self.last_stats[key] = stats
-            self._write_checkpoint(os.path.dirname(target.directory))
+            refused = self._write_checkpoint(os.path.dirname(target.directory))
             self._write_state(os.path.dirname(target.directory), f"{target.topic}-{target.partition}", stats)
+        if refused is not None:
+            # Outside `_lock`, which stays a leaf: the dir's state has a lock of its own.
+            error = write_failed(target.dir_state, f"{CLEANER_CHECKPOINT} of {target.directory}", refused)
+            if target.dir_state.online:
+                log.warning("%s not written, kept in memory: %s", CLEANER_CHECKPOINT, error)
         log.info("cleaned %s-%d up to %d: %d of %d bytes kept, %d keys", target.topic, target.partition,
                  stats.end_offset, stats.bytes_written, stats.bytes_read, stats.keys_mapped)
         return True
 
-    def _write_checkpoint(self, log_dir: str) -> None:
+    def _write_checkpoint(self, log_dir: str) -> OSError | None:
+        """Rewrite the cleaner checkpoint of `log_dir`; the error if that failed. One a full disk refuses stays
+        in memory (a restart before the next write only cleans again what was cleaned); any other failure
+        takes the dir offline, as Kafka's checkpoint files do."""
         logs = self._logs()
         # Entries of deleted partitions drop out here.
         mine = {key: offset for key, offset in self.checkpoints.items()
                 if key in logs and os.path.dirname(logs[key].directory) == log_dir}
-        OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT), self._fs).write(mine)
+        try:
+            OffsetCheckpoint(os.path.join(log_dir, CLEANER_CHECKPOINT), self._fs).write(mine)
+        except OSError as exc:
+            return exc
+        return None
 
     def _write_state(self, log_dir: str, name: str | None = None, stats: CleanerStats | None = None) -> None:
         """Rewrite a log dir's `cleaner-state.json`: a round's figures (if given) and the uncleanable marks now.
@@ -297,8 +333,12 @@ class LogCleaner:
         doc: dict[str, Any] = {"version": 0, "logs": {n: logs[n] for n in sorted(logs)}}
         if marks:
             doc["uncleanable"] = {n: marks[n] for n in sorted(marks)}
-        write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"), fsync=False,
-                         fs=self._fs)
+        try:
+            write_atomically(os.path.join(log_dir, CLEANER_STATE), json.dumps(doc, indent=1).encode("utf-8"),
+                             fsync=False, fs=self._fs)
+        except OSError as exc:
+            # What `logstore cleaner` shows, and nothing reads it back: not worth a log dir.
+            log.warning("%s not written: %s", os.path.join(log_dir, CLEANER_STATE), exc)
 
     def await_round(self, timeout_s: float) -> bool:
         """Wake the cleaner and wait until it finished a round that started after this call."""

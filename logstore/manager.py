@@ -62,9 +62,6 @@ from logstore.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-
-# DELETE_DIR is re-exported: logstore.reader finds the directories being deleted with it.
-from logstore.filenames import DELETE_DIR as DELETE_DIR
 from logstore.filenames import delete_dir_name, is_delete_dir, parse_partition_dir, partition_dir_name
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
@@ -171,6 +168,9 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         # Bumped whenever partitions come or go: clients cache partition counts until it moves.
         self.topics_version = 0
+        # Topic → partition count, kept with `_logs`: creations, Metadata and the coordinators ask far more
+        # often than topics change, and counting `_logs` costs a pass over every partition.
+        self._counts: dict[str, int] = {}
         self._topic_ids: dict[str, bytes] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -330,6 +330,7 @@ class LogManager:
                                 log_start_offset=log_start_offset)
         with self._lock:
             self._logs[key] = opened
+            self._count_partitions(topic, (key[1],))
             self.reports.append(opened.recovery_report)
             metadata = os.path.join(path, PARTITION_METADATA)
             if topic not in self._topic_ids and self.fs.exists(metadata):
@@ -375,7 +376,7 @@ class LogManager:
             given = {n: v for n, v in self._given_overrides.get(topic, {}).items() if n not in overrides}
             config = self._base_config(topic).with_overrides({**stored, **given})
             # Kafka checks the values before the topic exists (ConfigurationControlManager).
-            if topic not in self.topics():
+            if topic not in self._partition_counts():
                 raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.")
             if validate_only:
                 return config
@@ -410,7 +411,7 @@ class LogManager:
             raise InvalidPartitionsError(f"a topic needs at least one partition, got {partitions}")
         with self._lock:
             self._check_open()
-            if name in self.topics():
+            if name in self._partition_counts():
                 raise TopicExistsError(f"topic {name!r} already exists")
             overrides = topic_level(config or {}, self.default_config)
             topic_config = self._base_config(name).with_overrides(overrides)
@@ -464,6 +465,7 @@ class LogManager:
                                      "what was made is removed", exc, intact=True) from exc
             raise
         self._logs.update(opened)
+        self._count_partitions(name, (p for _, p in opened))
         self.topics_version += 1
 
     def _remove_partitions(self, opened: list[Log], made: list[str]) -> None:
@@ -536,6 +538,8 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
             for key in keys:
                 doomed = self._logs.pop(key)
+                if key == keys[-1]:   # the count is the highest partition's, gone last
+                    self._counts.pop(name, None)
                 self.topics_version += 1
                 # Kafka aborts cleaning first: a round must not read files being removed.
                 with self.cleaner.paused():
@@ -561,14 +565,19 @@ class LogManager:
 
     def topics(self) -> dict[str, int]:
         """Topic name → partition count."""
-        found: dict[str, int] = {}
-        for topic, partition in list(self._logs):
-            found[topic] = max(found.get(topic, 0), partition + 1)
-        return found
+        return dict(self._partition_counts())
+
+    def _partition_counts(self) -> dict[str, int]:
+        return self._counts
+
+    def _count_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        # One assignment: readers go without the lock, and a partial count would send keys hashed over it
+        # (group and transactional ids) to the wrong partition.
+        self._counts[topic] = max(self._counts.get(topic, 0), *(p + 1 for p in partitions))
 
     def partitions(self, topic: str) -> int:
         """How many partitions `topic` has."""
-        count = self.topics().get(topic)
+        count = self._partition_counts().get(topic)
         if count is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {topic!r}")
         return count

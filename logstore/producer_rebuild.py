@@ -111,7 +111,7 @@ def replay_range(producers: ProducerStateManager, segments: Sequence[LogSegment]
         position = found.position if found is not None else 0
 
         def read_marker(batch: ProducerBatch, segment: LogSegment = segment) -> ControlRecord:
-            return fmt.read_marker(segment.fs.pread(segment.fd, batch.size, batch.position))
+            return fmt.read_marker(segment.pread(batch.size, batch.position))
 
         for batch in segment.iter_bounds(position, peek=fmt.peek_producer_batch):
             if batch.base_offset >= end:
@@ -193,7 +193,7 @@ class ScanReplay:
                     fmt = self.format
                     sink = AbortedSink(self.aborted, segment.txn_index if self.write else None)
                     producers.replay(
-                        entry, lambda b: fmt.read_marker(segment.fs.pread(segment.fd, b.size_in_bytes, b.position)),
+                        entry, lambda b: fmt.read_marker(segment.pread(b.size_in_bytes, b.position)),
                         sink)
                 else:
                     producers.replay(entry, None)

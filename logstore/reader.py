@@ -26,12 +26,12 @@ from logstore.checkpoints import (
     read_clean_shutdown_marker,
 )
 from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentDeletedError, StorageError
-from logstore.filenames import parse_partition_dir
+from logstore.filenames import is_delete_dir, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn
 from logstore.loader import LoadMode, RecoveryReport, load_log
-from logstore.manager import DELETE_DIR, partition_key
+from logstore.manager import partition_key
 from logstore.read_committed import CommittedFilter, check_isolation
 from logstore.segment import LogSegment
 
@@ -224,12 +224,12 @@ class PartitionScan:
                 found = segment.translate_offset(self.start) if self.start > base else None
                 position = found.position if found is not None else 0
                 while position < segment.size:
-                    buf = segment.fs.pread(segment.fd, min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                    buf = segment.pread(min(SCAN_CHUNK_BYTES, segment.size - position), position)
                     bounds = fmt.peek_entry(buf, 0)
                     if bounds is None or bounds.base_offset >= self.end:
                         break
                     if bounds.size > len(buf):  # one batch larger than a chunk
-                        buf = segment.fs.pread(segment.fd, bounds.size, position)
+                        buf = segment.pread(bounds.size, position)
                     entries, done = self._chunk_entries(fmt, buf)
                     for entry in entries:
                         yield entry, buf
@@ -279,7 +279,7 @@ class StoreView:
             self._clean[log_dir] = read_clean_shutdown_marker(log_dir, fs)
             for name in fs.listdir(log_dir):
                 path = os.path.join(log_dir, name)
-                key = None if DELETE_DIR.fullmatch(name) or not fs.isdir(path) else partition_key(name)
+                key = None if is_delete_dir(name) or not fs.isdir(path) else partition_key(name)
                 if key is not None:
                     self._paths[key] = path
 

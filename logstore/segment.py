@@ -2,7 +2,10 @@
 
 The `.log` is written with pwrite at its end (new files written
 through an mmap measured 3-4x slower here) and read with pread, so any
-number of readers can share the descriptor with the one writer. Batch bytes
+number of readers can share the descriptor with the one writer. The
+descriptor is a `SegmentFile` of the process's `OPEN_FILES`: opened on
+demand and pinned while used, so a store holds no more descriptors than
+the set's capacity however many segments it has. Batch bytes
 are only ever looked at through the format (`peek_entry`, `iter_entries`).
 
 The segment's `size` is its logical end, not the file's length: it bounds
@@ -35,6 +38,7 @@ from logstore.index import (
     TimeIndex,
     TxnIndex,
 )
+from logstore.open_files import OPEN_FILES, SegmentFile
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -74,17 +78,40 @@ class OffsetPosition:
     size: int
 
 
-@dataclass(frozen=True)
 class FileSlice:
-    """A byte range of a segment file, for pread or sendfile without copying through Python."""
+    """A byte range of a segment file, for pread or sendfile without copying through Python.
 
-    fd: int
-    position: int
-    size: int
+    It reads through its own duplicate of the segment's descriptor (none for an empty range), which
+    it closes when dropped or `detach`es to a new owner: the segment's own may be closed meanwhile by
+    the open-files set, by retention or by a close, and its number reused by another file.
+    """
+
+    __slots__ = ("fd", "position", "size")
+
+    def __init__(self, fd: int, position: int, size: int):
+        self.fd = fd
+        self.position = position
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"FileSlice(position={self.position}, size={self.size})"
 
     def read(self) -> bytes:
         """The bytes of the range."""
-        return os.pread(self.fd, self.size, self.position)
+        return os.pread(self.fd, self.size, self.position) if self.size else b""
+
+    def detach(self) -> int:
+        """Hand the descriptor to the caller, who closes it (-1 for an empty range)."""
+        fd, self.fd = self.fd, -1
+        return fd
+
+    def close(self) -> None:
+        """Close the descriptor (idempotent)."""
+        if self.fd >= 0:
+            fd, self.fd = self.fd, -1
+            os.close(fd)
+
+    __del__ = close
 
     def readinto(self, buf: Buffer) -> int:
         """Fill `buf` (at least `size` bytes) with the range; returns the bytes read."""
@@ -143,8 +170,12 @@ class LogSegment:
         self.writable = writable
         self.log_path = offset_path(directory, base_offset, LOG_SUFFIX + suffix)
         flags = (os.O_RDWR | os.O_CREAT) if writable else os.O_RDONLY
-        self.fd = fs.open(self.log_path, flags, 0o644)
-        self.size = fs.size(self.fd)
+        self.file: SegmentFile = OPEN_FILES.open(self.log_path, flags, fs)
+        try:
+            self.size = self.file.call(fs.size)
+        except BaseException:
+            self.file.close()
+            raise
         self.created = time.time()
         # Whether the indexes take entries: a writable segment's, or a read-only one's built in memory.
         self.indexes_writable = writable
@@ -156,7 +187,7 @@ class LogSegment:
         except BaseException:
             if self.offset_index is not None:
                 self.offset_index.close(trim=False)
-            fs.close(self.fd)
+            self.file.close()
             raise
         self.txn_index = TxnIndex(offset_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix), base_offset, fs)
         if writable:
@@ -178,6 +209,11 @@ class LogSegment:
             return index_type(path, self.base_offset, self.max_index_size, writable=self.writable, fs=self.fs)
         self.indexes_writable = True
         return _memory_index(index_type, self.base_offset, self.max_index_size)
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` or `delete` has run."""
+        return self.file.closed
 
     def use_memory_indexes(self) -> None:
         """Set the offset and time index files aside for empty in-memory ones, which `recover` fills.
@@ -222,7 +258,7 @@ class LogSegment:
     def rolling_timestamp(self) -> int | None:
         """The first batch's max timestamp, which segment.ms counts from; None if empty or untimed."""
         if self._rolling_ts is None and self.size:
-            first = self.format.peek_entry(self.fs.pread(self.fd, 64, 0), 0)
+            first = self.format.peek_entry(self.pread(64, 0), 0)
             if first is not None and first.max_timestamp >= 0:
                 self._rolling_ts = first.max_timestamp
         return self._rolling_ts
@@ -262,8 +298,12 @@ class LogSegment:
         index_state = (self._max_ts, self.bytes_since_last_index_entry)
         try:
             # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
-            while written < len(view):
-                written += self.fs.pwrite(self.fd, view[written:], position + written)
+            fd = self.file.acquire()
+            try:
+                while written < len(view):
+                    written += self.fs.pwrite(fd, view[written:], position + written)
+            finally:
+                self.file.release()
             # Indexed only once the bytes are written: an entry never points past the end.
             batch_position = position
             for size, last_offset, max_timestamp in batches:
@@ -293,7 +333,7 @@ class LogSegment:
                 # The append's entries are the only ones at or above its first batch's last offset.
                 self.offset_index.truncate_to(first_last_offset)
                 self.time_index.truncate_to(first_last_offset)
-            self.fs.truncate(self.fd, position)
+            self._truncate_file(position)
         except (OSError, StorageError) as exc:
             log.error("%s: cannot cut a failed append back to byte %d: %s", self.log_path, position, exc)
             return False
@@ -324,8 +364,8 @@ class LogSegment:
     def cut_stray_bytes(self) -> None:
         """Cut anything past the segment's logical end (what a failed append could not cut back), as Kafka's
         FileRecords trims on close: a reopen trusts the file's length."""
-        if self.writable and self.fs.size(self.fd) > self.size:
-            self.fs.truncate(self.fd, self.size)
+        if self.writable and self.file.call(self.fs.size) > self.size:
+            self._truncate_file(self.size)
 
     def _merge_max_timestamp(self, timestamp: int, offset: int) -> tuple[int, int]:
         current = self.max_timestamp_and_offset
@@ -360,7 +400,7 @@ class LogSegment:
         stop = self.size if stop is None else stop
         peek = peek or self.format.peek_entry
         while position < stop:
-            chunk = self.fs.pread(self.fd, min(SCAN_CHUNK, stop - position), position)
+            chunk = self.pread(min(SCAN_CHUNK, stop - position), position)
             pos = 0
             while True:
                 bounds = peek(chunk, pos)
@@ -394,13 +434,21 @@ class LogSegment:
             return None
         limit = self.size if max_position is None else min(max_position, self.size)
         if found.position >= limit:
-            return found, FileSlice(self.fd, found.position, 0)
+            return found, FileSlice(-1, found.position, 0)
         size = max(max_size, found.size) if min_one_message else max_size
-        return found, FileSlice(self.fd, found.position, min(limit - found.position, size))
+        return found, FileSlice(self.file.dup(), found.position, min(limit - found.position, size))
+
+    def pread(self, size: int, position: int) -> bytes:
+        """Up to `size` bytes of the `.log` at `position` (the caller keeps within `size`, the logical end)."""
+        fd = self.file.acquire()
+        try:
+            return self.fs.pread(fd, size, position)
+        finally:
+            self.file.release()
 
     def read_entry(self, bounds: EntryBounds) -> bytes:
         """The whole bytes of one entry."""
-        return self.fs.pread(self.fd, bounds.size, bounds.position)
+        return self.pread(bounds.size, bounds.position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or after `timestamp` and `start_offset`."""
@@ -445,8 +493,15 @@ class LogSegment:
 
     def truncate_bytes(self, size: int) -> None:
         """Cut the `.log` to `size` bytes."""
-        self.fs.truncate(self.fd, size)
+        self._truncate_file(size)
         self.size = size
+
+    def _truncate_file(self, size: int) -> None:
+        fd = self.file.acquire()
+        try:
+            self.fs.truncate(fd, size)
+        finally:
+            self.file.release()
 
     def reset_indexes(self) -> None:
         """Empty the offset and time indexes before they are rebuilt from the log."""
@@ -498,7 +553,8 @@ class LogSegment:
         append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
         fmt = self.format
         error = None
-        view = self.fs.mmap(self.fd, self.size, writable=False) if self.size else None
+        # The map outlives the pin: a map holds its file, not the descriptor.
+        view = self.file.call(lambda fd: self.fs.mmap(fd, self.size, writable=False)) if self.size else None
         # One native pass checks a segment of whole, valid batches; anything else
         # (a torn tail, a bad CRC, legacy entries) takes the careful walk that says where.
         bulk = fmt.scan_entries(view) if view is not None else []
@@ -588,7 +644,7 @@ class LogSegment:
 
     def flush(self) -> bool:
         """fsync the log and its indexes; True if the txnindex may be a new name its directory must sync."""
-        self.fs.fsync(self.fd)
+        self.file.call(self.fs.fsync)
         self.offset_index.flush()
         self.time_index.flush()
         return self._sync_txn_index(always=True)
@@ -596,7 +652,7 @@ class LogSegment:
     def flush_log(self) -> bool:
         """fdatasync the log: what an acknowledged append needs, with the txnindex if an abort reached it
         since (recovery trusts the txnindex of a segment below the recovery point); True as `flush`."""
-        self.fs.fdatasync(self.fd)
+        self.file.call(self.fs.fdatasync)
         return self._sync_txn_index(always=False)
 
     def _sync_txn_index(self, *, always: bool) -> bool:
@@ -614,7 +670,7 @@ class LogSegment:
         The files are closed even when that fails; the error (a `StorageIOError` for an `OSError`) is then
         raised, and says the segment was not closed cleanly.
         """
-        if self.fd < 0:
+        if self.closed:
             return
         failure: BaseException | None = None
         steps: list[Callable[[], object]] = [
@@ -628,8 +684,7 @@ class LogSegment:
                 step()
             except (OSError, StorageError) as exc:
                 failure = failure or exc
-        self.fs.close(self.fd)
-        self.fd = -1
+        self.file.close()
         if failure is not None:
             if isinstance(failure, OSError) and not isinstance(failure, StorageError):
                 raise StorageIOError(f"closing {self.log_path} failed: {failure}", failure) from failure
@@ -639,7 +694,7 @@ class LogSegment:
         """Give every file of the segment the suffix `suffix` in place of its current one (`.deleted`
         before an async delete; `.cleaned`, then `.swap`, then none as cleaner output is swapped in)."""
         new = offset_path(self.directory, self.base_offset, LOG_SUFFIX + suffix)
-        self.fs.rename(self.log_path, new)
+        self.file.rename(new)
         self.log_path = new
         for index, kind in ((self.offset_index, INDEX_SUFFIX), (self.time_index, TIME_INDEX_SUFFIX)):
             if not _in_memory(index):   # an index a full disk kept in memory has no file to rename
@@ -648,11 +703,10 @@ class LogSegment:
 
     def delete(self) -> None:
         """Close and remove every file of the segment."""
-        if self.fd >= 0:
+        if not self.closed:
             self.offset_index.close(trim=False)
             self.time_index.close(trim=False)
-            self.fs.close(self.fd)
-            self.fd = -1
+            self.file.close()
         for path in (self.log_path, self.offset_index.path, self.time_index.path):
             try:
                 self.fs.unlink(path)

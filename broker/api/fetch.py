@@ -19,37 +19,33 @@ KafkaApis), else its partitions answer TOPIC_AUTHORIZATION_FAILED.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from logstore.broker.api import KioMessage, Request, api
 from logstore.broker.api.kit import AclOperation, Shape, attempt, each_partition
-from logstore.broker.protocol import HeldSlice, PreEncoded
+from logstore.broker.protocol import HeldSlice, PreEncoded, hold
 from logstore.native.wire import encode_fetch
 from logstore.read_committed import READ_COMMITTED, READ_UNCOMMITTED
-
-if TYPE_CHECKING:
-    from logstore.segment import FileSlice
 
 KEY = 1
 SHAPE = Shape(topic="topic", index="partition")
 
 # A partition's row as `encode_fetch` takes it: (index, error code, high watermark, last stable offset,
-# log start offset, the aborted transactions' (producer id, first offset) or None, the records): as read,
-# the records are a segment's file slice (or b"" for none); as answered, that slice held on its own fd.
+# log start offset, the aborted transactions' (producer id, first offset) or None, the records): a
+# segment's range held on its own fd, or bytes (b"" for none).
 Aborted = list[tuple[int, int]] | None
-ReadRow = tuple[int, int, int, int, int, Aborted, "FileSlice | bytes"]
 FetchRow = tuple[int, int, int, int, int, Aborted, "HeldSlice | bytes"]
 FetchTopics = list[tuple[str, list[FetchRow]]]
 
 
 def _read_all(request: Request, body: KioMessage,
-              isolation: str) -> tuple[list[tuple[str, list[ReadRow]]], int, bool]:
+              isolation: str) -> tuple[FetchTopics, int, bool]:
     """The response's topics as `encode_fetch` rows, how many record bytes they carry, and if any failed."""
     store = request.broker.store
     total = 0
     max_bytes = getattr(body, "max_bytes", 0x7FFFFFFF)
 
-    def read(topic: str, index: int, asked: KioMessage) -> ReadRow:
+    def read(topic: str, index: int, asked: KioMessage) -> FetchRow:
         nonlocal total
         log_ = store.log(topic, index)
         room = min(asked.partition_max_bytes, max_bytes - total)
@@ -60,8 +56,9 @@ def _read_all(request: Request, body: KioMessage,
         aborted = None
         if data.aborted_transactions is not None:
             aborted = [(t.producer_id, t.first_offset) for t in data.aborted_transactions]
+        # Taken over row by row: a read's duplicate descriptor must not wait for the others'.
         return (index, 0, data.high_watermark, data.last_stable_offset, data.log_start_offset, aborted,
-                records if records is not None and size else b"")
+                hold(records) if records is not None and size else b"")
 
     def marks(topic: str, index: int) -> tuple[int, int, int]:
         log_ = store.log(topic, index)
@@ -69,9 +66,9 @@ def _read_all(request: Request, body: KioMessage,
 
     results = each_partition(request, body.topics, read, operation=AclOperation.READ, shape=SHAPE)
     failed = False
-    topics: list[tuple[str, list[ReadRow]]] = []
+    topics: FetchTopics = []
     for topic, partitions in results:
-        rows: list[ReadRow] = []
+        rows: list[FetchRow] = []
         for result in partitions:
             if result.outcome.ok:
                 rows.append(result.outcome.result)
@@ -81,23 +78,6 @@ def _read_all(request: Request, body: KioMessage,
             rows.append((result.index, int(result.error), *(known.result if known.ok else (-1, -1, -1)), None, b""))
         topics.append((topic, rows))
     return topics, total, failed
-
-
-def _held(topics: list[tuple[str, list[ReadRow]]]) -> FetchTopics:
-    """The rows with their file slices put on duplicate fds, so the reply survives the segments' deletion
-    (if one cannot be, those already made are closed)."""
-    held: FetchTopics = []
-    try:
-        for topic, rows in topics:
-            held_rows: list[FetchRow] = []
-            held.append((topic, held_rows))
-            for index, error, high_watermark, last_stable_offset, log_start_offset, aborted, records in rows:
-                held_rows.append((index, error, high_watermark, last_stable_offset, log_start_offset, aborted,
-                                  records if isinstance(records, bytes) else HeldSlice(records)))
-    except BaseException:
-        _close(held)
-        raise
-    return held
 
 
 def _close(topics: FetchTopics) -> None:
@@ -138,7 +118,7 @@ async def handle(request: Request, body: KioMessage) -> FetchTopics:
         if parked_on is None:
             parked_on = {(name, index) for name, rows in topics for index, *_ in rows}
             request.waiting()
+        del topics   # a parked read's ranges are read again once woken: their fds go back meanwhile
         # Parked in this same step as the read: an append after the read wakes it.
         await broker.wait_for_appends(parked_on, remaining, gone)
-    # No await from the read to here: the slices are still the segments' bytes.
-    return _held(topics)
+    return topics

@@ -23,6 +23,14 @@ answer TOPIC_AUTHORIZATION_FAILED (by id with no name, not to disclose it).
 A missing topic is created only with CREATE on the CLUSTER or on that
 TOPIC, else it answers TOPIC_AUTHORIZATION_FAILED.
 
+A partition whose log dir an I/O error took offline is answered as Kafka 4's
+KRaft broker answers it once its controller has handled the offline dir
+(handleDirectoriesOffline, then KRaftMetadataCache.getPartitionMetadata):
+the broker, its only replica, no longer leads it and no other can, so it is
+LEADER_NOT_AVAILABLE with leader -1, replicas and ISR as they were, and the
+replica listed in `offline_replicas`. Produce and Fetch learn the same from the
+log dir's state (KAFKA_STORAGE_ERROR); a restart recovers the dir.
+
 Every client asks again and again, and a 1,000-partition topic costs tens of
 milliseconds to encode, so each existing topic's encoded row is kept, keyed
 by the version, its name, partition count and id, and the answer is the
@@ -57,6 +65,7 @@ from logstore.topics import validate_topic_name
 log = logging.getLogger(__name__)
 
 KEY = 3
+NO_LEADER = -1
 UNKNOWN_OPERATIONS = -2147483648
 ZERO_UUID = uuid.UUID(int=0)
 # Encoded rows of existing topics kept (all of them are dropped when full: stale rows are never asked again).
@@ -91,6 +100,13 @@ def _topic_id(broker: BrokerContext, name: str) -> uuid.UUID | None:
         return uuid.UUID(bytes=broker.store.topic_id(name))
     except LogStoreError:
         return None
+
+
+def _names_required(version: int, body: KioMessage) -> bool:
+    """Whether a v10 or v11 request asks by topic id or with a null name: those versions carry ids but
+    answer by name only (their response names are not nullable), so Kafka refuses both."""
+    return 10 <= version < 12 and body.topics is not None and any(
+        topic.name is None or topic.topic_id not in (None, ZERO_UUID) for topic in body.topics)
 
 
 async def _asked(request: Request, body: KioMessage, existing: Mapping[str, int]) -> Asked:
@@ -208,6 +224,13 @@ async def handle(request: Request, body: KioMessage) -> bytes:
     """Describe the broker and the topics asked for, creating missing ones when allowed."""
     broker = request.broker
     version = request.version
+    if _names_required(version, body):
+        # Kafka refuses the whole request (InvalidRequestException), each topic answered with the error.
+        refused = [Row(ErrorCode.invalid_request, topic.name or "", None) for topic in body.topics]
+        if len(refused) <= INLINE_TOPICS:
+            return _answer(broker, version, refused)
+        answered: Outcome[bytes] = await coordinate(request, _answer, broker, version, refused)
+        return answered.result
     existing = broker.store.topics()
     asked = await _asked(request, body, existing)
     errors: dict[str, ErrorCode] = {}
@@ -235,19 +258,36 @@ class Row:
     topic_id: uuid.UUID | None
     partitions: int = 0
     key: Hashable | None = None
+    offline: frozenset[int] = frozenset()
+    """The partitions whose log dir is offline."""
 
 
 def _plan(broker: BrokerContext, version: int, asked: Asked, existing: Mapping[str, int],
           errors: Mapping[str, ErrorCode]) -> list[Row]:
     rows = [Row(ErrorCode.unknown_topic_id, None, topic_id) for topic_id in asked.unknown_ids]
+    offline = _offline_partitions(broker)
     for name in asked.names:
         if name in existing:
             topic_id = _topic_id(broker, name)
-            rows.append(Row(ErrorCode.none, name, topic_id, existing[name], (version, name, existing[name], topic_id)))
+            key: tuple[Hashable, ...] = (version, name, existing[name], topic_id)
+            down = offline.get(name, frozenset())
+            rows.append(Row(ErrorCode.none, name, topic_id, existing[name], (*key, down) if down else key, down))
         else:
             rows.append(Row(errors.get(name, ErrorCode.unknown_topic_or_partition), name, None))
     rows += [Row(ErrorCode.topic_authorization_failed, name, topic_id) for name, topic_id in asked.hidden]
     return rows
+
+
+def _offline_partitions(broker: BrokerContext) -> dict[str, frozenset[int]]:
+    """The partitions of each topic whose log dir is offline (none while every dir is online)."""
+    store = broker.store
+    if not store.offline_dirs:
+        return {}
+    found: dict[str, set[int]] = {}
+    for (topic, partition), opened in store.logs().items():
+        if not opened.dir_state.online:
+            found.setdefault(topic, set()).add(partition)
+    return {topic: frozenset(partitions) for topic, partitions in found.items()}
 
 
 def _light(broker: BrokerContext, rows: Sequence[Row]) -> bool:
@@ -286,9 +326,13 @@ def _answer(broker: BrokerContext, version: int, rows: Sequence[Row]) -> bytes:
 def _topic(version: int, row: Row, node_id: int) -> KioMessage:
     cls = response_type(KEY, version, "MetadataResponseTopic")
     partition_cls = response_type(KEY, version, "MetadataResponsePartition")
-    partitions = tuple(build(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id,
-                             leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,), offline_replicas=())
-                       for p in range(row.partitions))
+    partitions = tuple(
+        build(partition_cls, error_code=ErrorCode.leader_not_available, partition_index=p, leader_id=NO_LEADER,
+              leader_epoch=0, replica_nodes=(node_id,), isr_nodes=(node_id,), offline_replicas=(node_id,))
+        if p in row.offline else
+        build(partition_cls, error_code=ErrorCode.none, partition_index=p, leader_id=node_id, leader_epoch=0,
+              replica_nodes=(node_id,), isr_nodes=(node_id,), offline_replicas=())
+        for p in range(row.partitions))
     return build(cls, error_code=row.error, name=row.name, topic_id=row.topic_id,
                  is_internal=row.name in INTERNAL_TOPICS, partitions=partitions,
                  topic_authorized_operations=UNKNOWN_OPERATIONS)

@@ -58,6 +58,8 @@ class BrokerProcess:
     starts: int = 0
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment of the next start."""
+    start_timeout: float = START_TIMEOUT
+    """How long a start may take to its ready line (a store of many partitions to recover takes longer)."""
     launcher: tuple[str, ...] = ()
     """Instead of `logstore broker`, the next start runs this script and its arguments, which take the
     overrides as KEY=VALUE (e.g. crashing_broker.py and its crash point)."""
@@ -93,7 +95,7 @@ class BrokerProcess:
         with open(self.stderr_path, "wb") as err:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, env={**os.environ, **self.env})
         try:
-            line = _read_line(self.proc, START_TIMEOUT)
+            line = _read_line(self.proc, self.start_timeout)
         except TimeoutError as exc:
             self.proc.kill()
             self.proc.wait()

@@ -87,7 +87,7 @@ def test_a_failed_fsync_fails_the_waiters_and_takes_the_log_offline(tmp_path, mo
     # Closing still closes the files, and says the shutdown was not clean.
     with pytest.raises(StorageError, match="failed fsync"):
         log.close()
-    assert log.active_segment.fd == -1
+    assert log.active_segment.closed
 
 
 def test_close_makes_outstanding_futures_durable(tmp_path, monkeypatch):

@@ -215,7 +215,7 @@ def _check_prefix(log: Log, workload: Workload) -> list[Op]:
     ops = iter(op for op in workload if op.appends)
     found = []
     for segment in log.segments:
-        data = os.pread(segment.fd, segment.size, 0)
+        data = segment.pread(segment.size, 0)
         for entry in K.iter_entries(data):
             op = next(ops)
             records = K.decode_entry(data, entry)

