@@ -19,6 +19,7 @@ which must be refused), so fds and disk stay bounded by design, not by luck.
 from __future__ import annotations
 
 import dataclasses
+import io
 import random
 import struct
 import time
@@ -51,17 +52,6 @@ def name_pool(topics: list[str]) -> list[str]:
     """Every string a drawn request may carry: valid hostile names, unknown ones, and invalid ones."""
     return [*topics, "hostile-unknown", "", ".", "..", "../escape", "a/b", "x" * 249, "y" * 250, "z" * 300,
             "ütf-8-ñame", "__consumer_offsets", "__transaction_state", "sp ace", "\x00nul"]
-
-
-class _Sink:
-    """What kio's writers need: a write()."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, chunk: bytes) -> int:
-        self.data += chunk
-        return len(chunk)
 
 
 @cache
@@ -214,12 +204,12 @@ class FrameGrammar:
         cls = load_request_schema(api_key, version)
         header_cls = cls.__header_schema__
         self._budget = ELEMENT_BUDGET
-        sink = _Sink()
+        sink = io.BytesIO()
         entity_writer(header_cls)(sink, header_cls(request_api_key=api_key, request_api_version=version,
                                                    correlation_id=correlation_id, client_id=self._client_id()))
         self.last_body = self.entity(cls)
         entity_writer(cls)(sink, self.last_body)
-        return api_key, version, struct.pack(">i", len(sink.data)) + bytes(sink.data)
+        return api_key, version, struct.pack(">i", len(sink.getbuffer())) + sink.getvalue()
 
     def _client_id(self) -> str | None:
         return self.rng.choice([None, "", "hostile", "h" * 300, "ünïcode"])

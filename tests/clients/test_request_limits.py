@@ -5,6 +5,7 @@ refused on the coordinators' internal topics."""
 from __future__ import annotations
 
 import importlib
+import io
 import os
 import select
 import struct
@@ -25,24 +26,15 @@ TIMEOUT = 30.0   # s: a bound on any one client call or reply
 METADATA, CREATE_TOPICS, DELETE_TOPICS = 3, 19, 20
 
 
-class _Sink:
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, chunk: bytes) -> int:
-        self.data += chunk
-        return len(chunk)
-
-
 def _frame(api_key: int, version: int, correlation_id: int, **fields) -> bytes:
     """A request frame (size prefix included) of kio's class for the API and version, from its fields."""
     cls = load_request_schema(api_key, version)
-    sink = _Sink()
+    sink = io.BytesIO()
     header = cls.__header_schema__
     entity_writer(header)(sink, header(request_api_key=api_key, request_api_version=version,
                                        correlation_id=correlation_id, client_id="limits"))
     entity_writer(cls)(sink, build(cls, **fields))
-    return framed(bytes(sink.data))
+    return framed(sink.getvalue())
 
 
 def _metadata_frame(names: list[str], correlation_id: int) -> bytes:
