@@ -104,6 +104,7 @@ bench: build bench-tools
 	$(BIN)/python bench/test_produce_check.py .benchmarks/produce_check.json
 	$(BIN)/python bench/c_client.py --data-root /dev/shm
 	$(BIN)/python bench/parked_fetch.py --data-root /dev/shm
+	$(BIN)/python bench/security.py --data-root /dev/shm --count 200000
 
 # Release artifacts in dist/: the sdist, and from it one wheel per Python 3.11-3.13
 # that runs here (pythonX.Y on PATH, else pyenv's newest X.Y), compiled at -O3,

@@ -27,6 +27,10 @@ Where logstore's data dirs go is `--data-root`: tmpfs (/dev/shm) compares like w
 engine and keeps other processes' disk traffic out. With other work on the machine msgs/s swings
 several-fold (a run's wall time grows while neither process's CPU does: both wait for a core; see the
 spread); CPU per message is steadier, and the better measure of what a change costs the broker.
+
+bench/security.py runs the same rounds over variants of one build (`Variant`: listeners, broker settings,
+users made before the start, setup after it, the clients' security settings) to measure what TLS, SASL
+and the authorizer cost.
 """
 from __future__ import annotations
 
@@ -41,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,6 +110,27 @@ def wait_accepting(port: int, proc: subprocess.Popen[bytes], timeout: float) -> 
             time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class Access:
+    """How a client reaches a broker: the listener it connects to and its librdkafka settings."""
+
+    listener: str | None = None   # a listener name of the variant; None: the broker's first listener
+    settings: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What a logstore broker runs with beyond its build, and how the clients reach it (the default: one
+    PLAINTEXT listener, no settings, plain clients). Comparing two variants of one build measures a feature."""
+
+    listeners: tuple[tuple[str, str], ...] = ()   # (listener name, security protocol), the first for readiness
+    overrides: tuple[str, ...] = ()              # broker settings, KEY=VALUE
+    client: Access = Access()                     # the measured rdkafka_performance runs
+    admin: Access = Access()                      # topic creation and `setup`
+    prepare: Callable[[Path], None] | None = None          # on the data dir, before the broker starts
+    setup: Callable[[RunningBroker], None] | None = None   # once it listens, before anything is measured
+
+
 @dataclass
 class BrokerSpec:
     """A broker to start: logstore from a source tree, or tansu."""
@@ -112,17 +138,25 @@ class BrokerSpec:
     label: str
     kind: str                 # "logstore" or "tansu"
     src: Path | None = None   # logstore's source tree (its .venv runs it)
+    variant: Variant = field(default_factory=Variant)   # logstore only
 
-    def command(self, port: int, data_dir: Path) -> list[str]:
-        """The argv that starts this broker on `port` with its data under `data_dir`."""
-        if self.kind == "tansu":
-            return [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
-                    "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"]
+    @property
+    def python(self) -> Path:
+        """The interpreter of the source tree's .venv, which runs this logstore."""
         assert self.src is not None
         python = self.src / ".venv" / "bin" / "python"
         if not python.exists():
             raise SystemExit(f"{python} missing: run make build in {self.src}")
-        return [str(python), "-m", "logstore", "broker", "--override", f"listeners=PLAINTEXT://127.0.0.1:{port}",
+        return python
+
+    def command(self, port: int, data_dir: Path, listeners: str | None = None) -> list[str]:
+        """The argv that starts this broker on `port` (or on `listeners`, Kafka's setting) with its data under
+        `data_dir`."""
+        if self.kind == "tansu":
+            return [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                    "--advertised-listener-url", f"tcp://127.0.0.1:{port}", "--storage-engine", "memory://tansu/"]
+        listeners = listeners or f"PLAINTEXT://127.0.0.1:{port}"
+        return [str(self.python), "-m", "logstore", "broker", "--override", f"listeners={listeners}",
                 "--override", f"log.dirs={data_dir}", "--log-level", "WARN"]
 
 
@@ -134,10 +168,15 @@ class RunningBroker:
     port: int
     proc: subprocess.Popen[bytes]
     workdir: Path
+    ports: dict[str, int] = field(default_factory=dict)   # by listener name, when the variant names listeners
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, access: Access) -> str:
+        """host:port of the listener `access` names."""
+        return self.bootstrap if access.listener is None else f"127.0.0.1:{self.ports[access.listener]}"
 
     def cpu(self) -> float:
         """The broker's CPU seconds so far."""
@@ -169,15 +208,28 @@ class RunningBroker:
 def start_broker(spec: BrokerSpec, overrides: tuple[str, ...] = (), data_root: str | None = None) -> RunningBroker:
     """Start `spec` fresh (an empty data dir under `data_root`, a free port); wait until it accepts connections."""
     workdir = Path(tempfile.mkdtemp(prefix=f"c_client-{spec.label}-", dir=data_root))
-    port = free_port()
-    cmd = spec.command(port, workdir / "data")
+    variant = spec.variant
+    ports = {name: free_port() for name, _ in variant.listeners}
+    port = next(iter(ports.values())) if ports else free_port()
+    listeners = ",".join(f"{name}://127.0.0.1:{p}" for name, p in ports.items()) or None
+    cmd = spec.command(port, workdir / "data", listeners)
     if spec.kind == "logstore":
-        cmd += [arg for item in overrides for arg in ("--override", item)]
+        if ports:
+            protocols = ",".join(f"{name}:{protocol}" for name, protocol in variant.listeners)
+            cmd += ["--override", f"listener.security.protocol.map={protocols}"]
+        cmd += [arg for item in (*variant.overrides, *overrides) for arg in ("--override", item)]
+        if variant.prepare is not None:
+            try:
+                variant.prepare(workdir / "data")
+            except BaseException:
+                shutil.rmtree(workdir, ignore_errors=True)
+                raise
     with open(workdir / "stderr", "wb") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, cwd=workdir)
-    broker = RunningBroker(spec, port, proc, workdir)
+    broker = RunningBroker(spec, port, proc, workdir, ports)
     try:
-        wait_accepting(port, proc, START_TIMEOUT)
+        for each in ports.values() or (port,):
+            wait_accepting(each, proc, START_TIMEOUT)
     except (RuntimeError, TimeoutError) as exc:
         proc.kill()
         proc.wait()
@@ -197,12 +249,13 @@ def tansu_binary() -> str:
     return str(path)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
-    """Create `topic` and wait for the answer (both brokers auto-create differently, so never rely on it)."""
+def create_topic(bootstrap: str, topic: str, partitions: int = 1, client: Mapping[str, str] | None = None) -> None:
+    """Create `topic` and wait for the answer (both brokers auto-create differently, so never rely on it);
+    `client`: more librdkafka settings (security)."""
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(client or {})})
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=30)
     futures[topic].result(60)
 
@@ -233,7 +286,7 @@ def run_tool(args: list[str], env: dict[str, str]) -> tuple[str, float]:
     return proc.stdout, (end.children_user - start.children_user) + (end.children_system - start.children_system)
 
 
-def settings(tuning: dict[str, str]) -> list[str]:
+def settings(tuning: Mapping[str, str]) -> list[str]:
     """-X name=value for each setting."""
     return [arg for name, value in tuning.items() for arg in ("-X", f"{name}={value}")]
 
@@ -273,12 +326,14 @@ class Results:
 
 
 def measure(broker: RunningBroker, case: Case, topic: str, modes: list[str], env: dict[str, str]) -> dict[str, Sample]:
-    """Produce then consume `case` on a fresh topic of `broker`."""
-    create_topic(broker.bootstrap, topic)
+    """Produce then consume `case` on a fresh topic of `broker`, as its variant's client."""
+    variant = broker.spec.variant
+    create_topic(broker.address(variant.admin), topic, client=variant.admin.settings)
+    bootstrap, security = broker.address(variant.client), settings(variant.client.settings)
     out: dict[str, Sample] = {}
     if "produce" in modes or "consume" in modes:
-        args = ["-P", "-t", topic, "-p", "0", "-b", broker.bootstrap, "-s", str(case.size), "-c", str(case.count),
-                "-a", case.acks, "-z", case.codec, *settings(PRODUCER_TUNING)]
+        args = ["-P", "-t", topic, "-p", "0", "-b", bootstrap, "-s", str(case.size), "-c", str(case.count),
+                "-a", case.acks, "-z", case.codec, *settings(PRODUCER_TUNING), *security]
         before = broker.cpu()
         text, client_cpu = run_tool(args, env)
         used = broker.cpu() - before
@@ -291,8 +346,8 @@ def measure(broker: RunningBroker, case: Case, topic: str, modes: list[str], env
                                f"last offset {offset}:\n{text[-3000:]}")
         out["produce"] = Sample(float(rate), float(mb), used, client_cpu)
     if "consume" in modes:
-        args = ["-C", "-t", topic, "-p", "0", "-b", broker.bootstrap, "-o", "beginning", "-c", str(case.count),
-                *settings(CONSUMER_TUNING)]
+        args = ["-C", "-t", topic, "-p", "0", "-b", bootstrap, "-o", "beginning", "-c", str(case.count),
+                *settings(CONSUMER_TUNING), *security]
         before = broker.cpu()
         text, client_cpu = run_tool(args, env)
         used = broker.cpu() - before
@@ -309,26 +364,35 @@ def run(specs: list[BrokerSpec], cases: list[Case], modes: list[str], rounds: in
     """Every case, `rounds` times, brokers interleaved in an order reversed every other round."""
     env = tool_env(jemalloc)
     results = Results()
+    width = label_width(specs)
     for case in cases:
         for r in range(rounds):
             order = specs if r % 2 == 0 else specs[::-1]
             for spec in order:
                 broker = start_broker(spec, overrides, data_root)
                 try:
+                    if spec.variant.setup is not None:
+                        spec.variant.setup(broker)
                     got = measure(broker, case, f"bench-{r}", modes, env)
                 finally:
                     broker.stop()
                 for mode in modes:
                     s = got[mode]
                     results.add((case.name, mode, spec.label), s)
-                    print(f"# {case.name} {mode:<7} round {r} {spec.label:<10} {s.msgs_per_s:>10,.0f} msgs/s "
+                    print(f"# {case.name} {mode:<7} round {r} {spec.label:<{width}} {s.msgs_per_s:>10,.0f} msgs/s "
                           f"broker {s.broker_cpu:6.2f} s client {s.client_cpu:6.2f} s", file=sys.stderr, flush=True)
     return results
 
 
+def label_width(specs: list[BrokerSpec]) -> int:
+    """The column width of the brokers' labels (10 unless one is longer)."""
+    return max([10, *(len(spec.label) for spec in specs)])
+
+
 def report(results: Results, specs: list[BrokerSpec], cases: list[Case], modes: list[str], rounds: int) -> str:
     """The table: medians over rounds, the spread, CPU per 1M messages, ratios to the first broker."""
-    head = (f"{'case':<20} {'mode':<8} {'broker':<10} {'msgs/s':>10} {'min..max msgs/s':>21} {'MB/s':>7} "
+    width = label_width(specs)
+    head = (f"{'case':<20} {'mode':<8} {'broker':<{width}} {'msgs/s':>10} {'min..max msgs/s':>21} {'MB/s':>7} "
             f"{'brk CPU s/1M':>12} {'cli CPU s/1M':>12} {'ratio':>6} {'paired':>6}")
     lines = [f"median of {rounds} round(s), brokers interleaved; ratio = msgs/s / {specs[0].label}'s; paired = the "
              f"median over rounds of that ratio within a round (neighbouring runs, so load drift cancels)", head,
@@ -345,7 +409,7 @@ def report(results: Results, specs: list[BrokerSpec], cases: list[Case], modes: 
                 paired = statistics.median(s.msgs_per_s / f.msgs_per_s for s, f in zip(samples, first_samples))
                 spread = f"{min(s.msgs_per_s for s in samples):,.0f}..{max(s.msgs_per_s for s in samples):,.0f}"
                 lines.append(
-                    f"{case.name:<20} {mode:<8} {spec.label:<10} {rate:>10,.0f} {spread:>21} "
+                    f"{case.name:<20} {mode:<8} {spec.label:<{width}} {rate:>10,.0f} {spread:>21} "
                     f"{statistics.median(s.mb_per_s for s in samples):>7.1f} "
                     f"{statistics.median(s.broker_cpu for s in samples) * per_m:>12.2f} "
                     f"{statistics.median(s.client_cpu for s in samples) * per_m:>12.2f} "

@@ -139,23 +139,23 @@ def _resolved(overrides: dict[str, int]) -> dict[str, int]:
 
 
 class Acceptor:
-    """Accepts on the listening sockets and hands each admitted connection to `serve` as a task.
+    """Accepts on the listening sockets and hands each admitted connection to its socket's `serve` as a task.
 
     Owns the listening sockets and the connection tasks it started (`connections`); used from the event loop.
     """
 
-    def __init__(self, sockets: Iterable[socket.socket], quotas: ConnectionQuotas, serve: Serve):
-        self.sockets = list(sockets)
+    def __init__(self, listening: Iterable[tuple[socket.socket, Serve]], quotas: ConnectionQuotas):
+        self.listening = list(listening)
+        self.sockets = [sock for sock, _ in self.listening]
         self.quotas = quotas
         self.connections: set[asyncio.Task[None]] = set()
-        self._serve = serve
         self._loops: list[asyncio.Task[None]] = []
         self._failed = 0              # accepts failed in the current out-of-resources episode
         self._failing_since = 0.0
 
     def start(self) -> None:
         """Start accepting on every socket."""
-        self._loops = [asyncio.create_task(self._accept(sock)) for sock in self.sockets]
+        self._loops = [asyncio.create_task(self._accept(sock, serve)) for sock, serve in self.listening]
 
     def close(self) -> None:
         """Stop accepting and close the listening sockets (the connections go on)."""
@@ -164,7 +164,7 @@ class Acceptor:
         for sock in self.sockets:
             sock.close()
 
-    async def _accept(self, sock: socket.socket) -> None:
+    async def _accept(self, sock: socket.socket, serve: Serve) -> None:
         loop = asyncio.get_running_loop()
         pause = FIRST_PAUSE
         while True:
@@ -191,7 +191,7 @@ class Acceptor:
                 conn.close()
                 self.quotas.release(address)
                 raise
-            task: asyncio.Task[None] = asyncio.create_task(self._serve(conn, peer))
+            task: asyncio.Task[None] = asyncio.create_task(serve(conn, peer))
             self.connections.add(task)
             task.add_done_callback(self._ended(address))
 

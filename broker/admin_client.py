@@ -27,18 +27,22 @@ from typing import TYPE_CHECKING, Any, TypeAlias, cast
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.sasl_authenticate.v2.request import SaslAuthenticateRequest
+from kio.schema.sasl_handshake.v1.request import SaslHandshakeRequest
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
 from kio.serial.errors import DecodeError
 from kio.static.primitive import i32
 
 from logstore.broker.array_bounds import check_and_strip
+from logstore.broker.client_security import ClientSecurity, ClientSecurityError, SaslExchange
 
 if TYPE_CHECKING:
     from kio.serial.readers import Reader
     from kio.static.protocol import Entity, RequestHeader, RequestPayload, ResponseHeader, ResponsePayload
 
-__all__ = ["AdminClient", "AdminClientError", "BrokerUnavailableError", "error_name", "parse_bootstrap"]
+__all__ = ["AdminClient", "AdminClientError", "AuthenticationError", "BrokerUnavailableError", "error_name",
+           "parse_bootstrap"]
 
 DEFAULT_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 100 * 1024 * 1024
@@ -50,6 +54,10 @@ _Write: TypeAlias = Callable[["_Buffer", Any], None]
 
 class AdminClientError(Exception):
     """The base of this client's errors."""
+
+
+class AuthenticationError(AdminClientError):
+    """The broker refused the login (the mechanism, or the credentials)."""
 
 
 class BrokerUnavailableError(AdminClientError):
@@ -139,10 +147,12 @@ class _Buffer:
 class AdminClient:
     """One connection to a broker: `request(kio request) -> kio response`, blocking."""
 
-    def __init__(self, bootstrap: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str = "logstore-admin"):
+    def __init__(self, bootstrap: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, client_id: str = "logstore-admin",
+                 security: ClientSecurity | None = None):
         self.addresses = parse_bootstrap(bootstrap)
         self.timeout_s = timeout_s
         self.client_id = client_id
+        self.security = security or ClientSecurity()
         self.address: tuple[str, int] | None = None
         self._socket: socket.socket | None = None
         self._correlation = itertools.count(1)
@@ -154,14 +164,43 @@ class AdminClient:
         failures: list[str] = []
         for host, port in self.addresses:
             try:
-                self._socket = socket.create_connection((host, port), timeout=self.timeout_s)
+                sock = socket.create_connection((host, port), timeout=self.timeout_s)
             except OSError as exc:
                 failures.append(f"{host}:{port}: {exc.strerror or exc}")
                 continue
-            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            try:
+                self._socket = self.security.wrap(sock, host)
+            except (ClientSecurityError, OSError) as exc:
+                sock.close()
+                raise BrokerUnavailableError(f"{host}:{port}: {exc}") from None
             self.address = (host, port)
+            if self.security.mechanism:
+                self._login()
             return self
         raise BrokerUnavailableError(f"cannot connect to {', '.join(failures)}")
+
+    def _login(self) -> None:
+        """SaslHandshake v1 and SaslAuthenticate v2 until the exchange completes (Kafka's clients' order)."""
+        exchange = SaslExchange(self.security)
+        handshake = self.request(SaslHandshakeRequest(mechanism=exchange.mechanism))
+        if handshake.error_code != ErrorCode.none:
+            self.close()
+            raise AuthenticationError(f"{self._where()}: SASL mechanism {exchange.mechanism} refused "
+                                   f"({error_name(handshake.error_code)}; the listener enables "
+                                   f"{', '.join(handshake.mechanisms) or 'none'})")
+        token: bytes | None = exchange.first()
+        while token is not None:
+            answer = self.request(SaslAuthenticateRequest(auth_bytes=token))
+            if answer.error_code != ErrorCode.none:
+                self.close()
+                raise AuthenticationError(f"{self._where()}: {error_name(answer.error_code)}: "
+                                          f"{answer.error_message}")
+            try:
+                token = exchange.next(answer.auth_bytes)
+            except ClientSecurityError as exc:
+                self.close()
+                raise AuthenticationError(f"{self._where()}: {exc}") from None
 
     def close(self) -> None:
         """Close the connection (idempotent)."""

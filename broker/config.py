@@ -35,9 +35,9 @@ from logstore.broker.listeners import (
     Listener,
     ListenerConfigError,
     advertised_listener,
-    controller_names,
-    served_listener,
+    served_listeners,
 )
+from logstore.broker.security_config import SECURITY_SETTINGS, for_listener, parse_listener_setting
 from logstore.config import (
     BROKER_NAMES,
     HOURS_ALIASES,
@@ -113,10 +113,12 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "logstore.max.replication.factor": (3, int),
     **{name: (default, int) for name, default in SCHEDULE_DEFAULTS.items()},
     **{name: (default, type(default)) for name, default in CLEANER_DEFAULTS.items()},
+    **SECURITY_SETTINGS,
 }
 ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs"}
 # Kafka's LONG settings among the whole numbers above; the others are INT (32-bit).
-LONG_SETTINGS = frozenset({"connections.max.idle.ms", "offsets.retention.check.interval.ms",
+LONG_SETTINGS = frozenset({"connections.max.idle.ms", "connections.max.reauth.ms",
+                           "offsets.retention.check.interval.ms",
                            "log.retention.check.interval.ms", "log.flush.scheduler.interval.ms",
                            "log.cleaner.dedupe.buffer.size", "log.cleaner.backoff.ms"})
 # Kafka's ConfigDef lower bounds (atLeast) of the whole numbers above that have one.
@@ -129,6 +131,8 @@ AT_LEAST = {
     "group.max.size": 1, "group.consumer.max.size": 1, "log.retention.check.interval.ms": 1,
     "num.recovery.threads.per.data.dir": 1, "log.cleaner.threads": 0, "logstore.max.replication.factor": 1,
     "queued.max.requests": 1, "max.connections": 0, "max.connections.per.ip": 0,
+    "connections.max.reauth.ms": 0, "connection.failed.authentication.delay.ms": 0,
+    "sasl.server.max.receive.size": 1, "quota.window.num": 1, "quota.window.size.seconds": 1,
 }
 
 
@@ -169,10 +173,10 @@ class BrokerConfig:
     """Kafka settings accepted but meaningless on one node (replication, quorum, threads...)."""
     unknown_environment: tuple[ConfigEntry, ...] = ()
     """KAFKA_/LOGSTORE_ variables that name no setting (the environment is shared: not refused)."""
-    listener: Listener = field(default_factory=lambda: Listener("PLAINTEXT", "127.0.0.1", 9092))
-    """The listener the broker binds."""
+    listeners: tuple[Listener, ...] = (Listener("PLAINTEXT", "127.0.0.1", 9092),)
+    """The listeners the broker binds, each with its security protocol."""
     unopened: tuple[Listener, ...] = ()
-    """Entries of `listeners` not opened: controller listeners, and every broker listener after the first."""
+    """Entries of `listeners` not opened: the controller listeners."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -200,6 +204,10 @@ class BrokerConfig:
         for name, entry in merged.items():
             if name in BROKER_SETTINGS:
                 settings[name] = _located(entry, _parse, name, BROKER_SETTINGS[name][1], entry.value)
+            elif (prefixed := parse_listener_setting(name)) is not None:
+                # `listener.name.<l>.<setting>`: kept under its full name, read with `for_listener`.
+                kind = BROKER_SETTINGS[prefixed[2]][1] if prefixed[2] in BROKER_SETTINGS else str
+                settings[name] = _located(entry, _parse, prefixed[2], kind, entry.value)
             elif name in BROKER_NAMES or name in HOURS_ALIASES or name in TOPIC_CONFIGS:
                 _located(entry, LogConfig.from_properties, {name: entry.value})
                 log_properties[name] = entry.value
@@ -209,7 +217,7 @@ class BrokerConfig:
                 unknown_environment.append(entry)
             else:
                 raise InvalidConfigError(_unknown(entry))
-        given = frozenset(name for name in merged if name in BROKER_SETTINGS)
+        given = frozenset(name for name in merged if name in settings)
         config = cls(settings, log_properties, given, {name: merged[name].origin for name in merged},
                      tuple(ignored), tuple(unknown_environment))
         config.log_config  # noqa: B018 (the property checks the values now, not at the first topic) (across values too), not at the first topic
@@ -221,10 +229,11 @@ class BrokerConfig:
         except ConnectionSettingError as exc:
             raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
         try:
-            config.listener, config.unopened = served_listener(
+            config.listeners, config.unopened = served_listeners(
                 settings["listeners"], settings["controller.listener.names"],
                 settings["listener.security.protocol.map"])
-            config.advertised  # noqa: B018 (the property checks the advertised listener now)
+            for listener in config.listeners:
+                config.advertised_for(listener.name)  # checks the advertised entry now
         except ListenerConfigError as exc:
             raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
         return config
@@ -243,9 +252,24 @@ class BrokerConfig:
         return [os.path.abspath(d.strip()) for d in self.settings["log.dirs"].split(",") if d.strip()]
 
     @property
+    def listener(self) -> Listener:
+        """The first listener served (the one scripts and tests connect to)."""
+        return self.listeners[0]
+
+    @property
     def advertised(self) -> Listener:
-        """What Metadata tells clients to connect to: the advertised entry of the served listener's name."""
-        return advertised_listener(self.listener, self.settings["advertised.listeners"])
+        """What Metadata tells clients of the first listener to connect to."""
+        return self.advertised_for(self.listener.name)
+
+    def advertised_for(self, name: str) -> Listener:
+        """What Metadata tells a client connected to the listener `name`: its advertised entry."""
+        served = next(listener for listener in self.listeners if listener.name == name)
+        return advertised_listener(served, self.settings["advertised.listeners"])
+
+    def for_listener(self, listener: str, name: str, mechanism: str | None = None) -> Any:
+        """Setting `name` as the listener sees it: `listener.name.<listener>.[<mechanism>.]<name>`, else the
+        broker-wide value."""
+        return for_listener(self.settings, listener, name, mechanism)
 
     def warnings(self) -> list[str]:
         """What the broker logs as warnings at start: ignored settings, unopened listeners, stray variables."""
@@ -254,11 +278,9 @@ class BrokerConfig:
             lines.append(f"ignoring {len(self.ignored)} Kafka settings that mean nothing on a single-node broker "
                          f"(replication, controller quorum, ZooKeeper, threads, socket buffers): "
                          f"{', '.join(sorted(e.name for e in self.ignored))}")
-        controllers = controller_names(self["controller.listener.names"])
         for listener in self.unopened:
-            why = ("a controller listener (controller.listener.names): this broker has no controller quorum"
-                   if listener.name in controllers else f"this broker serves one listener, {self.listener}")
-            lines.append(f"not listening on {listener} from listeners: {why}")
+            lines.append(f"not listening on {listener} from listeners: a controller listener "
+                         "(controller.listener.names): this broker has no controller quorum")
         if self.unknown_environment:
             names = []
             for entry in self.unknown_environment:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
 from typing import IO, TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
+from logstore.broker.acls import java_host
 from logstore.broker.api import REGISTRY, Api, Request
 from logstore.broker.authorizer import KafkaPrincipal
+from logstore.broker.listeners import Listener
 from logstore.broker.protocol import (
     SENDFILE_MIN_BYTES,
     HeldSlice,
@@ -40,9 +42,12 @@ from logstore.broker.protocol import (
     UnsupportedRequest,
     peek_api,
 )
+from logstore.broker.request_time import measured
+from logstore.errors import SaslAuthenticationError
 
 if TYPE_CHECKING:
     from logstore.broker.context import BrokerContext
+    from logstore.broker.sasl_session import SaslSession
 
 __all__ = ["Connection", "IDLE", "MAX_REPLIES_OWED", "DECODE_OFFLOAD_BYTES", "SENDFILE_MIN_BYTES"]
 
@@ -60,6 +65,8 @@ DECODE_OFFLOAD_BYTES = 16 * 1024
 # what a client that never reads can make the broker hold: this many replies (a Fetch's holds a file
 # descriptor per partition with records) plus the socket's write buffer.
 MAX_REPLIES_OWED = 16
+# The piece a file range is copied in when it cannot be sendfile'd (TLS).
+COPY_CHUNK_BYTES = 256 * 1024
 # Why a connection task was cancelled, when that is its normal end.
 IDLE = "connections.max.idle.ms"
 SHUTDOWN = "shutdown"
@@ -73,13 +80,14 @@ _Reply: TypeAlias = "asyncio.Future[PreEncoded | None]"
 class _Ticket:
     """One request's place in `queued.max.requests` and its connection's muting: the handler's `Progress`."""
 
-    __slots__ = ("_slots", "_queued", "effect", "_gone")
+    __slots__ = ("_slots", "_queued", "effect", "_gone", "_connection")
 
-    def __init__(self, slots: asyncio.Semaphore, gone: asyncio.Future[None]):
+    def __init__(self, slots: asyncio.Semaphore, connection: Connection):
         self._slots = slots
         self._queued = True
         self.effect: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._gone = gone
+        self._gone = connection.gone
+        self._connection = connection
 
     def applied(self) -> None:
         self.waiting()
@@ -95,6 +103,9 @@ class _Ticket:
     def gone(self) -> asyncio.Future[None]:
         return self._gone
 
+    def throttle(self, ms: int) -> None:
+        self._connection.mute_for(ms)
+
 
 class Connection:
     """A client connection of the broker: reads requests one effect at a time, writes replies in order.
@@ -104,11 +115,14 @@ class Connection:
     """
 
     def __init__(self, broker: BrokerContext, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 principal: KafkaPrincipal, slots: asyncio.Semaphore, codec_pool: Executor):
+                 principal: KafkaPrincipal, slots: asyncio.Semaphore, codec_pool: Executor,
+                 listener: Listener, session: SaslSession | None = None):
         self.broker = broker
         self.reader = reader
         self.writer = writer
-        self.principal = principal
+        self.listener = listener
+        self.session = session
+        self._principal = principal         # the TLS client's, or ANONYMOUS; SASL's once authenticated
         self.peer = writer.get_extra_info("peername")
         self._slots = slots
         self._codec_pool = codec_pool
@@ -122,7 +136,19 @@ class Connection:
         self._room.set()
         self._unanswered: set[asyncio.Task[PreEncoded | None]] = set()
         self._task: asyncio.Task[Any] | None = None
-        self._sendfile = True
+        # sendfile cannot go through TLS: the kernel would send the file's bytes unencrypted.
+        self._sendfile = not listener.tls
+        self._muted_until = 0.0             # loop time before which nothing more is read (quota throttling)
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        """Who sends this connection's requests: the SASL principal once authenticated, else the TLS one."""
+        session = self.session
+        return session.principal if session is not None and session.principal is not None else self._principal
+
+    def mute_for(self, ms: int) -> None:
+        """Read no further request for `ms` from now (a quota's throttle; the reply still goes out)."""
+        self._muted_until = max(self._muted_until, asyncio.get_running_loop().time() + ms / 1000)
 
     def idle_since(self) -> float | None:
         """Loop time since which nothing was read or sent, if the connection counts as idle (nothing owed,
@@ -135,10 +161,11 @@ class Connection:
         sender = asyncio.create_task(self._send_replies())
         cancelled: asyncio.CancelledError | None = None
         try:
-            # PLAINTEXT is the only listener: every connection is Kafka's anonymous user.
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except AuthenticationFailed as exc:
+            log.info("Failed authentication with %s on %s (%s)", self.peer, self.listener.name, exc)
         except ProtocolError as exc:
             log.warning("closing connection from %s: %s", self.peer, exc)
         except asyncio.CancelledError as exc:
@@ -179,17 +206,33 @@ class Connection:
         broker = self.broker
         limit = broker.config["socket.request.max.bytes"]
         loop = asyncio.get_running_loop()
-        client_host = f"/{self.peer[0]}" if isinstance(self.peer, tuple) and self.peer else ""
+        # As Kafka shows it: "/" and Java's form of the address (IPv6 in full: /0:0:0:0:0:0:0:1).
+        client_host = f"/{java_host(self.peer[0])}" if isinstance(self.peer, tuple) and self.peer else ""
+        session = self.session
+        first = True
         while not broker.closing:
             await self._room.wait()
-            (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+            if self._muted_until > loop.time():
+                await asyncio.sleep(self._muted_until - loop.time())
+            head = await self.reader.readexactly(4)
+            (size,) = _SIZE.unpack(head)
             self.last_active = loop.time()
-            # Checked before reading the body, so a lying size costs no memory.
-            if size < 8 or size > limit:
-                raise ProtocolError(f"request size {size} outside 8..{limit} (socket.request.max.bytes)")
+            # Checked before reading the body, so a lying size costs no memory; before authentication
+            # the bound is SASL's.
+            unauthenticated = session is not None and not session.authenticated
+            bound, setting = ((session.max_receive, "sasl.server.max.receive.size") if session is not None and
+                              unauthenticated else (limit, "socket.request.max.bytes"))
+            if size < (0 if session is not None and session.raw_tokens else 8) or size > bound:
+                raise ProtocolError(_bad_size(size, bound, setting, head if first else None, self.listener))
+            first = False
             frame = await self.reader.readexactly(size)
             self.last_active = loop.time()
+            if session is not None and session.raw_tokens:
+                await self._raw_token(session, frame)
+                continue
             api_key, version, correlation_id = peek_api(frame)
+            if session is not None and (refusal := session.refusal(api_key, loop.time())) is not None:
+                raise ProtocolError(refusal)
             api = REGISTRY.get(api_key)
             if api is not None and version > api.max_version and api.newer is not None:
                 self._owe(_done(api.newer(frame, correlation_id)))
@@ -198,7 +241,7 @@ class Connection:
                 raise UnsupportedRequest(f"api key {api_key} version {version} is not served")
             # A whole frame is read before it takes a place, so a slow sender holds none (as in Kafka).
             await self._slots.acquire()
-            ticket = _Ticket(self._slots, self.gone)
+            ticket = _Ticket(self._slots, self)
             try:
                 offload = api.offload and size > DECODE_OFFLOAD_BYTES
                 client_id, body = await self._off_loop(api.decode, frame) if offload else api.decode(frame)
@@ -206,7 +249,7 @@ class Connection:
                 ticket.waiting()
                 raise
             request = Request(broker, api_key, version, correlation_id, client_id, client_host, self.principal,
-                              ticket)
+                              ticket, self.listener.name, session)
             task = asyncio.create_task(self._handle(api, request, body, ticket, offload))
             if api.replies(body):
                 self._owe(task)
@@ -215,6 +258,18 @@ class Connection:
                 task.add_done_callback(self._answered_without_reply)
             # Muted until the request took effect: its handler is done or said so.
             await ticket.effect
+            if session is not None and session.failed:
+                # Its answer (SASL_AUTHENTICATION_FAILED, UNSUPPORTED_SASL_MECHANISM) still goes out.
+                raise AuthenticationFailed(session.failure or "authentication failed")
+
+    async def _raw_token(self, session: SaslSession, token: bytes) -> None:
+        """A bare SASL token after SaslHandshake v0: the server's token goes back as a bare frame."""
+        try:
+            answer = await session.authenticate(token, self.broker.coordinate)
+        except SaslAuthenticationError:
+            # v0 has no way to say why: the connection closes.
+            raise AuthenticationFailed(session.failure or "authentication failed") from None
+        self._owe(_done(PreEncoded([_SIZE.pack(len(answer)), answer])))
 
     def _owe(self, reply: _Reply) -> None:
         self.owed += 1
@@ -235,7 +290,12 @@ class Connection:
                       offload: bool) -> PreEncoded | None:
         """The handler's answer, encoded as the registration says (None: nothing to send)."""
         try:
-            response = await api.handler(request, body)
+            quotas = self.broker.quotas
+            handling = api.handler(request, body)
+            # Timing each step costs a little: only while some client has a request_percentage quota. Every
+            # handler is an `async def` (the registry's type says Awaitable), so `measured` may step it.
+            response = await (measured(quotas, request, cast("Coroutine[Any, Any, Any]", handling))
+                              if quotas.request.enabled else handling)
             if response is None:
                 return None
             if offload:
@@ -292,8 +352,15 @@ class Connection:
         for part in parts:
             if not isinstance(part, HeldSlice):
                 self.writer.write(part)
-            elif part.size < SENDFILE_MIN_BYTES or not self._sendfile:
+            elif part.size < SENDFILE_MIN_BYTES:
                 self.writer.write(part.read())
+            elif not self._sendfile:
+                # Through TLS (or without sendfile) a range goes in pieces: a whole 16 MiB range written at
+                # once is copied through several fresh buffers (ours, asyncio's, OpenSSL's), and faulting in
+                # their pages costs more than the encryption (bench/security.py, perf).
+                for offset in range(0, part.size, COPY_CHUNK_BYTES):
+                    self.writer.write(part.read(offset, COPY_CHUNK_BYTES))
+                    await self.writer.drain()
             else:
                 await self.writer.drain()
                 try:
@@ -304,6 +371,19 @@ class Connection:
                     # uvloop, or a transport without sendfile: copy, and stop trying.
                     self._sendfile = False
                     self.writer.write(part.read())
+
+
+class AuthenticationFailed(Exception):
+    """A SASL exchange failed: the connection closes once what it is owed is sent."""
+
+
+def _bad_size(size: int, bound: int, setting: str, head: bytes | None, listener: Listener) -> str:
+    """Why a frame's size closes the connection, naming the likely cause of the first frame's."""
+    message = f"request size {size} outside 8..{bound} ({setting})"
+    if head is not None and head[0] == 0x16 and head[1] == 0x03 and not listener.tls:
+        # A TLS record header (handshake, TLS 1.x) read as a Kafka size.
+        message += f": a TLS client on the {listener.security_protocol} listener {listener.name}"
+    return message
 
 
 def _done(value: PreEncoded) -> asyncio.Future[PreEncoded | None]:

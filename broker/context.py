@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from logstore.broker.coordinator.group import GroupCoordinator
     from logstore.broker.coordinator.transaction import TransactionCoordinator
     from logstore.broker.producer_ids import ProducerIdAllocator
+    from logstore.broker.quotas import ClientQuotas
+    from logstore.broker.scram_store import ScramCredentialStore
     from logstore.manager import LogManager
 
 __all__ = ["BrokerContext"]
@@ -35,6 +37,8 @@ class BrokerContext(Protocol):
     producer_ids: ProducerIdAllocator
     transactions: TransactionCoordinator
     groups: GroupCoordinator
+    quotas: ClientQuotas
+    scram: ScramCredentialStore
     authorizer: Authorizer
     closing: bool
     # Encoded answers that only change with the topics, per API key (Metadata).

@@ -1,14 +1,16 @@
-"""Kafka's listener settings on a single node: the entry of `listeners` the broker serves, and what it advertises.
+"""Kafka's listener settings on a single node: the entries of `listeners` the broker serves, their security
+protocols, and what each advertises.
 
-Kafka's syntax (`NAME://host:port`, comma-separated, names distinct; an
-empty host is every interface). A KRaft file lists the controller's listener
-too (`CONTROLLER://:9093`, named in `controller.listener.names`): this broker
-runs no controller quorum, so it serves the first entry that is not a
-controller listener and opens none of the others (the broker names them in a
-warning). The served listener's security protocol, from
-`listener.security.protocol.map`, must be PLAINTEXT: there is no TLS or SASL.
-Clients are told the `advertised.listeners` entry of the same name, or the
-served listener itself, with an every-interface host as 127.0.0.1.
+Kafka's syntax (`NAME://host:port`, comma-separated, names distinct, ports
+distinct; an empty host is every interface). A KRaft file lists the
+controller's listener too (`CONTROLLER://:9093`, named in
+`controller.listener.names`): this broker runs no controller quorum, so it
+serves every entry that is not a controller listener and opens none of the
+others (the broker names them in a warning). Each served listener's security
+protocol comes from `listener.security.protocol.map` (PLAINTEXT, SSL,
+SASL_PLAINTEXT or SASL_SSL). Clients are told the `advertised.listeners`
+entry of the listener they connected to, or that listener itself, with an
+every-interface host as 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from logstore.errors import InvalidConfigError
 DEFAULT_PROTOCOL_MAP = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
 LISTENER = re.compile(r"(.*)://\[?([0-9a-zA-Z\-%._:]*)\]?:(-?[0-9]+)")  # Kafka's listener syntax
 EVERY_INTERFACE = ("", "0.0.0.0", "::")
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+TLS_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
 class ListenerConfigError(InvalidConfigError):
@@ -39,6 +44,17 @@ class Listener:
     name: str
     host: str
     port: int
+    security_protocol: str = "PLAINTEXT"
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections to it speak TLS (SSL, SASL_SSL)."""
+        return self.security_protocol in TLS_PROTOCOLS
+
+    @property
+    def sasl(self) -> bool:
+        """Whether its clients authenticate with SASL (SASL_PLAINTEXT, SASL_SSL)."""
+        return self.security_protocol in SASL_PROTOCOLS
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -80,24 +96,34 @@ def protocol_map(text: str) -> dict[str, str]:
     return protocols
 
 
-def served_listener(listeners: str, controllers: str, protocols: str) -> tuple[Listener, tuple[Listener, ...]]:
-    """(the listener to serve, the entries of `listeners` not opened)."""
+def served_listeners(listeners: str, controllers: str, protocols: str) -> tuple[tuple[Listener, ...],
+                                                                             tuple[Listener, ...]]:
+    """(the listeners to serve, each with its security protocol; the controller entries not opened)."""
     entries = parse_listeners(listeners)
-    serving = [listener for listener in entries if listener.name not in controller_names(controllers)]
-    if not serving:
+    ports = [listener.port for listener in entries if listener.port != 0]
+    if len(set(ports)) != len(ports):
+        raise ListenerConfigError("listeners", str(_refused("listeners", listeners,
+                                                            "Each listener must have a different port")))
+    controller = controller_names(controllers)
+    if not any(listener.name not in controller for listener in entries):
         raise ListenerConfigError("listeners", str(_refused(
             "listeners", listeners, f"every entry is a controller listener (controller.listener.names="
-            f"{controllers}); a PLAINTEXT one for clients is needed")))
-    served = serving[0]
-    protocol = protocol_map(protocols).get(served.name)
-    if protocol is None:
-        raise ListenerConfigError("listeners", f"No security protocol defined for listener {served.name} "
-                                               f"(listeners={listeners}): listener.security.protocol.map={protocols}")
-    if protocol != "PLAINTEXT":
-        raise ListenerConfigError("listeners", str(_refused(
-            "listeners", listeners, f"{served} uses security protocol {protocol}; this broker serves PLAINTEXT only "
-            "(no TLS, no SASL)")))
-    return served, tuple(listener for listener in entries if listener is not served)
+            f"{controllers}); one for clients is needed")))
+    by_name = protocol_map(protocols)
+    served = []
+    for listener in entries:
+        if listener.name in controller:
+            continue
+        protocol = by_name.get(listener.name)
+        if protocol is None:
+            raise ListenerConfigError("listeners", f"No security protocol defined for listener {listener.name} "
+                                      f"(listeners={listeners}): listener.security.protocol.map={protocols}")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ListenerConfigError("listener.security.protocol.map", str(_refused(
+                "listener.security.protocol.map", protocols,
+                f"{protocol} is not a security protocol: one of {', '.join(SECURITY_PROTOCOLS)}")))
+        served.append(Listener(listener.name, listener.host, listener.port, protocol))
+    return tuple(served), tuple(listener for listener in entries if listener.name in controller)
 
 
 def advertised_listener(served: Listener, advertised: str) -> Listener:
@@ -109,6 +135,5 @@ def advertised_listener(served: Listener, advertised: str) -> Listener:
             raise ListenerConfigError("advertised.listeners", str(_refused(
                 "advertised.listeners", advertised, f"it has no {served.name} entry for the listener {served}")))
         listener = named[served.name]
-    if listener.host in EVERY_INTERFACE:
-        listener = Listener(listener.name, "127.0.0.1", listener.port)
-    return listener
+    host = "127.0.0.1" if listener.host in EVERY_INTERFACE else listener.host
+    return Listener(listener.name, host, listener.port, served.security_protocol)

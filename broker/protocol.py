@@ -155,9 +155,10 @@ class HeldSlice:
         if self.fd >= 0:
             HeldSlice.held += 1
 
-    def read(self) -> bytes:
-        """The bytes of the range."""
-        return os.pread(self.fd, self.size, self.position)
+    def read(self, offset: int = 0, size: int | None = None) -> bytes:
+        """The bytes of the range (or of `size` bytes from `offset` within it)."""
+        size = self.size - offset if size is None else min(size, self.size - offset)
+        return os.pread(self.fd, size, self.position + offset)
 
     def fileno(self) -> int:
         return self.fd

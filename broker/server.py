@@ -22,17 +22,25 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+import ssl
+from collections.abc import Callable, Collection, Coroutine, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from logstore.broker.acceptor import Acceptor, ConnectionQuotas, parse_ip_overrides
 from logstore.broker.api import load_all
-from logstore.broker.authorizer import ANONYMOUS, AllowAll, Authorizer
+from logstore.broker.authorizer import AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.connection import IDLE, SHUTDOWN, Connection
 from logstore.broker.fetch_waiters import FetchWaiters, TopicPartition
+from logstore.broker.listener_security import ListenerSecurity, listener_security
+from logstore.broker.listeners import Listener
 from logstore.broker.node import Node
+from logstore.broker.quotas import ClientQuotas
+from logstore.broker.request_time import in_pool
+from logstore.broker.scram_store import ScramCredentialStore, kafka_credentials
+from logstore.broker.ssl_principal import NoMatchingRule
+from logstore.broker.standard_authorizer import StandardAuthorizer
 from logstore.filesystem import OS, FileSystem
 
 log = logging.getLogger(__name__)
@@ -58,6 +66,7 @@ class Broker:
         self.config = config
         self.authorizer = authorizer if authorizer is not None else AllowAll()
         load_all()
+        self.bound: list[tuple[Listener, str, int]] = []   # each listener served, with its bound address
         self._loop: asyncio.AbstractEventLoop | None = None
         self.node = Node(config, on_appended=self._appended_elsewhere, fs=fs)
         self.node_id = self.node.node_id
@@ -66,6 +75,19 @@ class Broker:
         self.producer_ids = self.node.producer_ids
         self.transactions = self.node.transactions
         self.groups = self.node.groups
+        try:
+            self.quotas = ClientQuotas.of_broker(config, fs)
+            # A directory Kafka wrote: its users and ACLs seed our files while they have none, once the
+            # store holds the dirs' locks and has read the metadata log.
+            kafka = self.store.kafka_metadata.cluster if self.store.kafka_metadata is not None else None
+            self.scram = ScramCredentialStore(config.log_dirs, fs,
+                                              kafka=kafka_credentials(kafka.scram_credentials) if kafka else None)
+            if isinstance(self.authorizer, StandardAuthorizer):
+                self.authorizer.take_kafka_acls(kafka.acls if kafka else None)
+        except BaseException:
+            # A corrupt credentials or quotas file: the store is open and its dirs locked; give them back.
+            self.node.close()
+            raise
         self._coordinator_pool = ThreadPoolExecutor(COORDINATOR_THREADS, thread_name_prefix="coordinator")
         self._codec_pool = ThreadPoolExecutor(CODEC_THREADS, thread_name_prefix="codec")
         self.closing = False
@@ -107,23 +129,37 @@ class Broker:
 
     async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a (blocking) coordinator call in the coordinator pool."""
-        return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, call, *args)
+        # in_pool: the call's time in the pool counts toward its request's request_percentage quota.
+        return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, in_pool(call), *args)
 
     # -- serving -------------------------------------------------------------------------------
 
     async def start(self) -> tuple[str, int]:
-        """Listen; returns the bound (host, port)."""
-        listener = self.config.listener
+        """Listen on every listener; returns the first one's bound (host, port) (all are in `bound`)."""
         self._loop = asyncio.get_running_loop()
-        sockets = _listening_sockets(listener.host or None, listener.port)
+        securities = [listener_security(self.config, listener, self.scram)
+                      for listener in self.config.listeners]
+        listening: list[tuple[socket.socket, Any]] = []
+        try:
+            for security in securities:
+                listener = security.listener
+                sockets = _listening_sockets(listener.host or None, listener.port)
+                listening += [(sock, self._server_of(security)) for sock in sockets]
+                host, port = sockets[0].getsockname()[:2]
+                self.bound.append((listener, host, port))
+        except OSError:
+            for sock, _ in listening:
+                sock.close()
+            raise
         quotas = ConnectionQuotas(self.config["max.connections"], self.config["max.connections.per.ip"],
                                   parse_ip_overrides(self.config["max.connections.per.ip.overrides"]))
-        self._acceptor = Acceptor(sockets, quotas, self._serve)
+        self._acceptor = Acceptor(listening, quotas)
         self._acceptor.start()
-        host, port = sockets[0].getsockname()[:2]
         self._reaper = asyncio.create_task(self._close_idle_connections())
-        log.info("logstore broker %d listening on %s:%d (cluster %s)", self.node_id, host, port, self.cluster_id)
-        return host, port
+        for listener, host, port in self.bound:
+            log.info("logstore broker %d listening on %s:%d (%s, %s; cluster %s)", self.node_id, host, port,
+                     listener.name, listener.security_protocol, self.cluster_id)
+        return self.bound[0][1], self.bound[0][2]
 
     async def _close_idle_connections(self) -> None:
         """Close connections with nothing read or owed for `connections.max.idle.ms`, as Kafka does."""
@@ -138,14 +174,31 @@ class Broker:
                     log.info("closing a connection idle for %.0f ms (connections.max.idle.ms)", (now - since) * 1000)
                     connection.cancel(IDLE)
 
-    async def _serve(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+    def _server_of(self, security: ListenerSecurity) -> Callable[[socket.socket, tuple[str, int]],
+                                                                    Coroutine[Any, Any, None]]:
+        async def serve(sock: socket.socket, peer: tuple[str, int]) -> None:
+            await self._serve(sock, peer, security)
+        return serve
+
+    async def _serve(self, sock: socket.socket, peer: tuple[str, int], security: ListenerSecurity) -> None:
         try:
-            reader, writer = await asyncio.open_connection(sock=sock)
-        except OSError as exc:
+            reader, writer = await _streams(sock, security.tls, self.config["connections.max.idle.ms"] / 1000)
+        except (TimeoutError, OSError, ssl.SSLError) as exc:
             sock.close()
-            log.info("dropping a connection from %s before it was served: %s", peer, exc)
+            why = (f"TLS handshake failed on {security.listener.name}, a plaintext client on a TLS listener?"
+                   if isinstance(exc, ssl.SSLError) and "WRONG_VERSION_NUMBER" in str(exc)
+                   else f"TLS handshake failed on {security.listener.name}" if security.tls else "")
+            log.info("dropping a connection from %s before it was served: %s%s", peer, f"{why}: " if why else "",
+                     exc or type(exc).__name__)
             return
-        connection = Connection(self, reader, writer, ANONYMOUS, self._queued, self._codec_pool)
+        try:
+            principal = security.tls_principal(writer.get_extra_info("ssl_object"))
+        except NoMatchingRule as exc:
+            log.info("Failed authentication with %s on %s (%s)", peer, security.listener.name, exc)
+            writer.close()
+            return
+        connection = Connection(self, reader, writer, principal, self._queued, self._codec_pool, security.listener,
+                                security.new_session())
         self.connections.add(connection)
         try:
             await connection.serve()
@@ -179,6 +232,20 @@ class Broker:
         await loop.run_in_executor(None, self._codec_pool.shutdown)
         self.node.close()
         log.info("logstore broker %d stopped", self.node_id)
+
+
+async def _streams(sock: socket.socket, tls: ssl.SSLContext | None,
+                   handshake_timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over an accepted socket, after the server side of a TLS handshake if `tls`."""
+    if tls is None:
+        return await asyncio.open_connection(sock=sock)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    # A client that never finishes its handshake holds a connection slot no longer than an idle one would.
+    transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock, ssl=tls,
+                                                      ssl_handshake_timeout=min(handshake_timeout, 60.0))
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 def _listening_sockets(host: str | None, port: int) -> list[socket.socket]:

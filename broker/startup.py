@@ -35,6 +35,8 @@ from typing import Any
 
 from logstore.broker.authorizer import AUTHORIZER_SETTING, Authorizer, load_authorizer
 from logstore.broker.config import BrokerConfig
+from logstore.broker.listener_security import check_security
+from logstore.broker.listeners import Listener
 from logstore.broker.server import Broker
 from logstore.errors import InvalidConfigError, LogStoreError
 from logstore.filesystem import OS, FileSystem
@@ -67,13 +69,16 @@ async def run_broker(config: BrokerConfig, ready: Callable[[str, int], None] | N
     configuration names.
     """
     if authorizer is None:
-        authorizer = configured_authorizer(config)
+        authorizer = configured_authorizer(config, fs)
     try:
         broker = Broker(config, authorizer, fs)
     except OSError as exc:
         raise StartError(_log_dir_failure(config, exc)) from exc
     try:
         host, port = await broker.start()
+    except InvalidConfigError as exc:
+        broker.node.close()
+        raise StartError(str(exc), 2) from exc
     except OSError as exc:
         broker.node.close()
         raise StartError(_listen_failure(config, exc)) from exc
@@ -114,12 +119,15 @@ def parse_log_levels(items: Iterable[tuple[str, str]]) -> tuple[int | None, dict
     return root, loggers
 
 
-def configured_authorizer(config: BrokerConfig) -> Authorizer:
-    """The authorizer `authorizer.class.name` names (a usage error, status 2, if it names none)."""
+def configured_authorizer(config: BrokerConfig, fs: FileSystem = OS) -> Authorizer:
+    """The authorizer `authorizer.class.name` names (a usage error, status 2, if it names none; status 1 if
+    its ACLs cannot be read)."""
     try:
-        return load_authorizer(config.settings.get(AUTHORIZER_SETTING, ""))
+        return load_authorizer(config.settings.get(AUTHORIZER_SETTING, ""), config, fs)
     except ValueError as exc:
         raise StartError(str(exc), 2) from exc
+    except LogStoreError as exc:
+        raise StartError(str(exc), 1) from exc
 
 
 def run(config_path: str | None, overrides: list[str], *, log_levels: Iterable[str] = (), print_config: bool = False,
@@ -151,8 +159,10 @@ def run(config_path: str | None, overrides: list[str], *, log_levels: Iterable[s
         return 0
     try:
         if authorizer is None:
-            authorizer = configured_authorizer(config)
-        _probe_listener(config)  # before the values, so a port in use is the only thing said
+            authorizer = configured_authorizer(config, fs)
+        _check_security(config)
+        for listener in config.listeners:
+            _probe_listener(config, listener)  # before the values, so a port in use is the only thing said
     except StartError as exc:
         return _failed(exc, debug)
     config_log.info("BrokerConfig values:\n%s", "\n".join(f"\t{name} = {value}" for name, value in config.values()))
@@ -198,9 +208,16 @@ def _where(config: BrokerConfig, name: str) -> str:
     return f"{name}={config[name]}, from {origin}" if origin else f"{name}={config[name]}, the default"
 
 
-def _probe_listener(config: BrokerConfig) -> None:
+def _check_security(config: BrokerConfig) -> None:
+    """Refuse, as a configuration error, a listener whose TLS or SASL settings cannot work."""
+    try:
+        check_security(config)
+    except InvalidConfigError as exc:
+        raise StartError(str(exc), 2) from exc
+
+
+def _probe_listener(config: BrokerConfig, listener: Listener) -> None:
     """Bind the listener's addresses once and let go (as the server will bind them: SO_REUSEADDR, IPv6-only)."""
-    listener = config.listener
     if listener.port == 0:
         return
     try:
@@ -213,11 +230,11 @@ def _probe_listener(config: BrokerConfig) -> None:
                     sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
                 sock.bind(address)
     except OSError as exc:
-        raise StartError(_listen_failure(config, exc)) from exc
+        raise StartError(_listen_failure(config, exc, listener)) from exc
 
 
-def _listen_failure(config: BrokerConfig, exc: OSError) -> str:
-    listener = config.listener
+def _listen_failure(config: BrokerConfig, exc: OSError, listener: Listener | None = None) -> str:
+    listener = listener or config.listener
     where = f"cannot listen on {listener.host or '*'}:{listener.port} ({_where(config, 'listeners')})"
     if isinstance(exc, socket.gaierror):
         return f"{where}: host {listener.host!r} does not resolve ({exc.strerror})"

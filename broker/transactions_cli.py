@@ -66,7 +66,8 @@ from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import i8, i32, i64
 
-from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
+from logstore.broker.admin_client import AdminClient, AuthenticationError, BrokerUnavailableError, error_name
+from logstore.broker.client_security import ClientSecurityError, load_client_security
 
 if TYPE_CHECKING:
     # The classes of the responses the requests below get (AdminClient.request returns them as Any).
@@ -319,7 +320,11 @@ def run_command(prog: str, args: argparse.Namespace, check: Callable[[argparse.N
     try:
         check(args)
         try:
-            client = AdminClient(args.bootstrap_server)
+            security = load_client_security(getattr(args, "command_config", None))
+        except ClientSecurityError as exc:
+            raise UsageError(f"--command-config {exc}") from None
+        try:
+            client = AdminClient(args.bootstrap_server, security=security)
         except ValueError as exc:
             raise UsageError(f"--bootstrap-server: {exc} (expected host:port[,host:port...])") from None
     except UsageError as exc:
@@ -331,6 +336,9 @@ def run_command(prog: str, args: argparse.Namespace, check: Callable[[argparse.N
     except BrokerUnavailableError as exc:
         print(f"{prog}: error: no broker at {args.bootstrap_server}: {exc}", file=sys.stderr)
         return 2
+    except AuthenticationError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     except BrokerError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return 1

@@ -193,11 +193,16 @@ def _run_cleaner(args: argparse.Namespace) -> int:
     return cleaner_report.run(args.paths, default_policy=args.default_policy, as_json=args.as_json)
 
 
+COMMAND_CONFIG_HELP = ("Kafka client properties for a secured listener: security.protocol, ssl.truststore.location "
+                       "(PEM), sasl.mechanism, sasl.jaas.config with username and password")
+
+
 def _admin_commands(parser: argparse.ArgumentParser, dest: str) -> tuple[_Commands, argparse.ArgumentParser]:
     """What the admin commands share: --bootstrap-server, a required COMMAND stored in `dest`, and a
     parent parser with --json for the subcommands; returns (subparsers, that parent)."""
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
                         help="the broker to ask (comma-separated entries: the first that answers)")
+    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--json", dest="as_json", action="store_true",
                         help="print one JSON document instead of a table")
@@ -305,6 +310,124 @@ def _run_groups(args: argparse.Namespace) -> int:
     return groups_cli.run(args)
 
 
+def _add_acls(commands: _Commands) -> None:
+    parser = commands.add_parser(
+        "acls",
+        help="add, remove and list ACLs on a running broker (like kafka-acls.sh)",
+        description="Manage the ACLs of a broker running Kafka's StandardAuthorizer, with CreateAcls, "
+                    "DescribeAcls and DeleteAcls and kafka-acls' flags and output.",
+        epilog="Exit status: 0 done; 1 the broker refused (its Kafka error on stderr); 2 bad arguments, or no "
+               "broker at --bootstrap-server. See `python -m pydoc logstore.broker.acls_cli`.")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--add", action="store_true", help="add ACLs")
+    action.add_argument("--remove", action="store_true", help="remove ACLs")
+    action.add_argument("--list", action="store_true", help="list ACLs")
+    for flag, what in (("--topic", "topic"), ("--group", "group"), ("--transactional-id", "transactional id")):
+        parser.add_argument(flag, action="append", default=[], metavar=what.upper().replace(" ", "-"),
+                            help=f"a {what} ('*': every one; repeatable)")
+    parser.add_argument("--cluster", action="store_true", help="the cluster resource")
+    parser.add_argument("--resource-pattern-type", default="literal", type=str.lower,
+                        choices=["literal", "prefixed", "any", "match"])
+    parser.add_argument("--operation", action="append", default=[], help="an operation (Read, Write, ...; "
+                                                                          "repeatable; default All)")
+    parser.add_argument("--allow-principal", action="append", default=[], metavar="TYPE:NAME")
+    parser.add_argument("--deny-principal", action="append", default=[], metavar="TYPE:NAME")
+    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
+    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
+    parser.add_argument("--principal", action="append", default=[], metavar="TYPE:NAME",
+                        help="with --list: only this principal's ACLs")
+    parser.add_argument("--producer", action="store_true", help="ACLs a producer needs")
+    parser.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite too")
+    parser.add_argument("--consumer", action="store_true", help="ACLs a consumer needs")
+    parser.add_argument("--force", action="store_true", help="remove without asking")
+    parser.set_defaults(run=_run_acls)
+
+
+def _run_acls(args: argparse.Namespace) -> int:
+    from logstore.broker import acls_cli
+    return acls_cli.run(args)
+
+
+def _add_users(commands: _Commands) -> None:
+    parser = commands.add_parser(
+        "users",
+        help="add, list and delete SCRAM credentials in data directories, offline (like kafka-storage "
+             "format --add-scram)",
+        description="Change the SCRAM credentials (SCRAM-SHA-256, SCRAM-SHA-512) kept in the log dirs of a "
+                    "broker that is not running: salt, iterations and keys, never the password. A running "
+                    "broker's credentials change with AlterUserScramCredentials (kafka-configs).",
+        epilog="Exit status: 0 done; 1 refused (a log dir in use by a broker, nothing to delete, an unreadable "
+               "file); 2 bad arguments. The --json schema is documented in "
+               "`python -m pydoc logstore.broker.users_cli`.")
+    where = argparse.ArgumentParser(add_help=False)
+    where.add_argument("--log-dirs", metavar="DIR[,DIR]", help="the broker's log.dirs")
+    where.add_argument("--config", metavar="FILE", help="a server.properties whose log.dirs to use")
+    actions = parser.add_subparsers(title="commands", dest="users_command", metavar="COMMAND")
+    actions.required = True
+    add = actions.add_parser("add", parents=[where], help="store a user's credential for a mechanism (replacing "
+                                                          "one it has)")
+    add.add_argument("--mechanism", required=True, metavar="MECHANISM", help="SCRAM-SHA-256 or SCRAM-SHA-512")
+    add.add_argument("--user", required=True)
+    add.add_argument("--password", help="the password (default: asked on the terminal, or one line of stdin)")
+    add.add_argument("--password-file", metavar="FILE", help="read the password from FILE (one final newline "
+                                                              "dropped)")
+    add.add_argument("--iterations", type=int, default=4096, metavar="N",
+                     help="PBKDF2 iterations, 4096..16384 (default 4096, Kafka's)")
+    listing = actions.add_parser("list", parents=[where], help="the users and their mechanisms and iterations")
+    listing.add_argument("--json", dest="as_json", action="store_true", help="print one JSON document")
+    delete = actions.add_parser("delete", parents=[where], help="delete a user's credential (all its mechanisms "
+                                                                "unless --mechanism)")
+    delete.add_argument("--user", required=True)
+    delete.add_argument("--mechanism", metavar="MECHANISM", help="SCRAM-SHA-256 or SCRAM-SHA-512")
+    parser.set_defaults(run=_run_users)
+
+
+def _run_users(args: argparse.Namespace) -> int:
+    from logstore.broker import users_cli
+    return users_cli.run(args)
+
+
+def _add_configs(commands: _Commands) -> None:
+    from logstore.broker.configs_cli import ENTITY_KINDS, EntityNameAction
+    parser = commands.add_parser(
+        "configs",
+        help="describe and alter client quotas of users and client ids on a running broker (like kafka-configs.sh)",
+        description="Describe and alter entity configs with DescribeClientQuotas and AlterClientQuotas, with "
+                    "kafka-configs' flags and output: producer_byte_rate, consumer_byte_rate, request_percentage "
+                    "of users, client ids, or a user's client id.",
+        epilog="Exit status: 0 done; 1 the broker refused (its Kafka error on stderr); 2 bad arguments, or no "
+               "broker at --bootstrap-server. See `python -m pydoc logstore.broker.configs_cli`.")
+    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--describe", action="store_true", help="list the configs of the entities")
+    action.add_argument("--alter", action="store_true", help="change the configs of one entity")
+    parser.add_argument("--entity-type", action="append", choices=sorted(ENTITY_KINDS),
+                        help="users or clients (both, in turn, for a user's client id)")
+    parser.add_argument("--entity-name", action=EntityNameAction, dest="entities", metavar="NAME",
+                        help="the name of the --entity-type before it")
+    parser.add_argument("--entity-default", action=EntityNameAction, dest="entities", default_entity=True,
+                        help="the default entity of the --entity-type before it")
+    parser.add_argument("--user", action=EntityNameAction, dest="entities", kind="users", metavar="NAME",
+                        help="--entity-type users --entity-name NAME")
+    parser.add_argument("--client", action=EntityNameAction, dest="entities", kind="clients", metavar="NAME",
+                        help="--entity-type clients --entity-name NAME")
+    parser.add_argument("--user-defaults", action=EntityNameAction, dest="entities", kind="users",
+                        default_entity=True, help="the default user")
+    parser.add_argument("--client-defaults", action=EntityNameAction, dest="entities", kind="clients",
+                        default_entity=True, help="the default client id")
+    parser.add_argument("--add-config", metavar="K=V[,K=V]", help="configs to set, e.g. 'producer_byte_rate=1048576'")
+    parser.add_argument("--delete-config", metavar="K[,K]", help="configs to remove")
+    parser.set_defaults(run=_run_configs)
+
+
+def _run_configs(args: argparse.Namespace) -> int:
+    from logstore.broker import configs_cli
+    return configs_cli.run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `logstore` command and all its subcommands."""
     parser = argparse.ArgumentParser(
@@ -316,7 +439,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_broker(commands)
     _add_transactions(commands)
     _add_groups(commands)
+    _add_acls(commands)
     _add_cleaner(commands)
+    _add_users(commands)
+    _add_configs(commands)
     return parser
 
 

@@ -29,7 +29,10 @@ Reading a directory (`read_cluster_metadata`), like Kafka's MetadataLoader:
    adds partitions, ConfigRecord sets (null value: deletes) a topic's config
    (resource type 2) or a cluster default (type 4, resource name ""), and removing a
    topic drops its configs; the last ProducerIdsRecord gives the next producer id;
-   FeatureLevelRecord sets a feature (level 0 removes one, metadata.version stays).
+   FeatureLevelRecord sets a feature (level 0 removes one, metadata.version stays);
+   UserScramCredentialRecord sets a user's credential for one mechanism and
+   RemoveUserScramCredentialRecord drops it; AccessControlEntryRecord adds an ACL under
+   its id and RemoveAccessControlEntryRecord drops the ACL of that id.
    Records between a BeginTransactionRecord and its EndTransactionRecord count only
    once the end is read; an AbortTransactionRecord or the end of the log drops them.
 
@@ -46,7 +49,7 @@ import os
 import re
 import struct
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from logstore.errors import CorruptRecordError
@@ -74,6 +77,7 @@ log = logging.getLogger(__name__)
 
 FRAME_VERSION = 1
 TOPIC, PARTITION, CONFIG, REMOVE_TOPIC, FEATURE_LEVEL, PRODUCER_IDS = 2, 3, 4, 9, 12, 15
+SCRAM, ACL, REMOVE_ACL, REMOVE_SCRAM = 11, 18, 19, 22
 BEGIN_TXN, END_TXN, ABORT_TXN = 23, 24, 25
 CONFIG_TOPIC, CONFIG_BROKER = 2, 4
 """ConfigRecord resource types (Kafka's ConfigResource.Type)."""
@@ -109,6 +113,24 @@ class MetadataTopic:
     configs: dict[str, str]
 
 
+@dataclass(frozen=True)
+class MetadataAcl:
+    """An ACL as an AccessControlEntryRecord holds it: Kafka's codes of the resource type, pattern type,
+    operation and permission type, and its resource name, principal (`User:alice`) and host."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+ScramRecord = tuple[bytes, bytes, bytes, int]
+"""A UserScramCredentialRecord's salt, stored key, server key and iterations."""
+
+
 @dataclass
 class ClusterMetadata:
     """What replaying a `__cluster_metadata-0` directory found.
@@ -116,7 +138,9 @@ class ClusterMetadata:
     `broker_configs` are the cluster-wide defaults (broker resource ""), `end_offset`
     is the offset after the last record read (the snapshot's end offset when no log
     record follows it), `snapshot` the file name of the snapshot the replay started
-    from (None: the log from offset 0). A plain value, owned by the caller.
+    from (None: the log from offset 0). `scram_credentials` are keyed by (user,
+    Kafka's mechanism type: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512), `acls` by their ACL id
+    (16 bytes). A plain value, owned by the caller.
     """
 
     topics: dict[str, MetadataTopic]
@@ -125,6 +149,8 @@ class ClusterMetadata:
     features: dict[str, int]
     end_offset: int
     snapshot: str | None
+    scram_credentials: dict[tuple[str, int], ScramRecord] = field(default_factory=dict)
+    acls: dict[bytes, MetadataAcl] = field(default_factory=dict)
 
 
 def _frame(buf: bytes) -> tuple[int, int, int]:
@@ -214,13 +240,16 @@ class _Image:
         self.broker_configs: dict[str, str] = {}
         self.features: dict[str, int] = {}
         self.next_producer_id: int | None = None
+        self.scram_credentials: dict[tuple[str, int], ScramRecord] = {}
+        self.acls: dict[bytes, MetadataAcl] = {}
         # (handler, fields) of an open metadata transaction
         self.pending: list[tuple[_Method, Sequence[Any]]] | None = None
         # api key -> (method, how many leading fields it reads)
         self.uses: dict[int, tuple[_Method, int]] = {
             TOPIC: (self.topic, 2), PARTITION: (self.partition, 2), CONFIG: (self.config, 4),
             REMOVE_TOPIC: (self.remove_topic, 1), FEATURE_LEVEL: (self.feature_level, 2),
-            PRODUCER_IDS: (self.producer_ids, 3)}
+            PRODUCER_IDS: (self.producer_ids, 3), SCRAM: (self.scram, 6), REMOVE_SCRAM: (self.remove_scram, 2),
+            ACL: (self.acl, 8), REMOVE_ACL: (self.remove_acl, 1)}
         # api key << 16 | version -> (reader of the leading fields, method), or None for a record not used
         self.dispatch: dict[int, _Use | None] = {}
 
@@ -306,13 +335,26 @@ class _Image:
     def producer_ids(self, fields: Sequence[Any]) -> None:
         self.next_producer_id = fields[2]
 
+    def scram(self, fields: Sequence[Any]) -> None:
+        user, mechanism, salt, stored_key, server_key, iterations = fields
+        self.scram_credentials[user, mechanism] = (salt, stored_key, server_key, iterations)
+
+    def remove_scram(self, fields: Sequence[Any]) -> None:
+        self.scram_credentials.pop((fields[0], fields[1]), None)
+
+    def acl(self, fields: Sequence[Any]) -> None:
+        self.acls[fields[0]] = MetadataAcl(*fields[1:])
+
+    def remove_acl(self, fields: Sequence[Any]) -> None:
+        self.acls.pop(fields[0], None)
+
     def result(self, end_offset: int, snapshot: str | None) -> ClusterMetadata:
         topics = {}
         for topic_id, name in self.names.items():
             topics[name] = MetadataTopic(name, topic_id, len(self.partitions[topic_id]),
                                          dict(self.topic_configs.get(name, ())))
         return ClusterMetadata(topics, dict(self.broker_configs), self.next_producer_id, dict(self.features),
-                               end_offset, snapshot)
+                               end_offset, snapshot, dict(self.scram_credentials), dict(self.acls))
 
 
 # -- the directory ---------------------------------------------------------------------------------

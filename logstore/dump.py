@@ -86,7 +86,7 @@ _BY_NAME = {LEADER_EPOCH_CHECKPOINT: EPOCH_CHECKPOINT, RECOVERY_POINT_CHECKPOINT
             "cleaner-offset-checkpoint": OFFSET_CHECKPOINT}
 # What else Kafka (and logstore) keep in a log dir: names that say they are not segments.
 _KNOWN_OTHERS = {"meta.properties", "quorum-state", "partition.metadata", "cleaner-state.json",
-                 "kafka-metadata-applied", "topic-configs"}
+                 "kafka-metadata-applied", "topic-configs", "acls", "scram-credentials", "client-quotas"}
 _OTHER_SUFFIXES = {".deleted", ".cleaned", ".swap", ".tmp", ".part", ".json", ".properties", ".metadata",
                    ".lock", ".kafka_cleanshutdown"}
 

@@ -445,3 +445,65 @@ class UnsupportedVersionError(LogStoreError):
     """A request at a version the call does not allow (OffsetCommit below v9 from a KIP-848 member)."""
 
     error_name = "UNSUPPORTED_VERSION"
+
+
+class SaslAuthenticationError(LogStoreError):
+    """A SASL exchange the broker refuses; the message is what the client is told (Kafka's wording),
+    which never says whether the user exists. `reason` is for the broker's log only."""
+
+    error_name = "SASL_AUTHENTICATION_FAILED"
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason if reason is not None else message
+
+
+class UnsupportedSaslMechanismError(LogStoreError):
+    """A SASL mechanism this listener does not serve, or a SCRAM mechanism type Kafka does not know."""
+
+    error_name = "UNSUPPORTED_SASL_MECHANISM"
+
+
+class IllegalSaslStateError(LogStoreError):
+    """A SASL token at a point of the exchange where none is expected."""
+
+    error_name = "ILLEGAL_SASL_STATE"
+
+
+class UnacceptableCredentialError(LogStoreError):
+    """A SCRAM credential Kafka refuses to store: an empty user name, iterations outside 4096..16384."""
+
+    error_name = "UNACCEPTABLE_CREDENTIAL"
+
+
+class AuthorizationFailedError(LogStoreError):
+    """The principal may not perform the operation on the resource (its ACLs, Kafka's authorizer). `names`:
+    the resources refused."""
+
+    def __init__(self, message: str, names: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.names = names
+
+
+class TopicAuthorizationFailedError(AuthorizationFailedError):
+    """Refused on a TOPIC."""
+
+    error_name = "TOPIC_AUTHORIZATION_FAILED"
+
+
+class GroupAuthorizationFailedError(AuthorizationFailedError):
+    """Refused on a GROUP."""
+
+    error_name = "GROUP_AUTHORIZATION_FAILED"
+
+
+class ClusterAuthorizationFailedError(AuthorizationFailedError):
+    """Refused on the CLUSTER."""
+
+    error_name = "CLUSTER_AUTHORIZATION_FAILED"
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationFailedError):
+    """Refused on a TRANSACTIONAL_ID."""
+
+    error_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"

@@ -44,6 +44,8 @@ from logstore.broker.protocol import PreEncoded, decode_kio, encode_kio
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
+    from logstore.broker.sasl_session import SaslSession
+
 __all__ = ["Api", "KioMessage", "REGISTRY", "Progress", "Request", "ResponsePayload", "api", "build", "response_type",
            "load_all"]
 
@@ -128,6 +130,9 @@ class Progress(Protocol):
         """Resolved once the connection reads no more (the client closed it, or the broker is closing it):
         a parked handler should answer with what it has."""
 
+    def throttle(self, ms: int) -> None:
+        """Read nothing more from the connection for `ms` from now (Kafka's quota muting, KIP-219)."""
+
 
 @dataclass
 class Request:
@@ -141,6 +146,8 @@ class Request:
     client_host: str = ""     # as Kafka shows it: "/" and the peer's address
     principal: KafkaPrincipal = ANONYMOUS
     progress: Progress | None = None     # None outside a server (a test calling a handler): nothing to tell
+    listener: str = "PLAINTEXT"          # the name of the listener the request came in on
+    session: SaslSession | None = None   # the connection's SASL state (None: not a SASL listener)
 
     def applied(self) -> None:
         """The effect is in place (appended, stored): the connection reads on while this handler only waits
@@ -158,6 +165,12 @@ class Request:
     def gone(self) -> asyncio.Future[None] | None:
         """Resolved when the connection closes (None outside a server): a parked handler can stop early."""
         return None if self.progress is None else self.progress.gone
+
+    def throttle(self, ms: int) -> None:
+        """The client went over a quota: its answer carries `ms` as throttle_time_ms, and the connection
+        reads nothing more from it for that long (Kafka mutes it once the answer is sent)."""
+        if self.progress is not None and ms > 0:
+            self.progress.throttle(ms)
 
 
 @overload

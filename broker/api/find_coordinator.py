@@ -44,7 +44,7 @@ async def _find(request: Request, key_type: int, key: str) -> dict[str, object]:
     if not outcome.ok:
         # Whatever kept the internal topic from existing, the client retries the lookup.
         return dict(none, error_code=ErrorCode.coordinator_not_available, error_message=outcome.message)
-    advertised = broker.config.advertised
+    advertised = broker.config.advertised_for(request.listener)
     return dict(node_id=broker.node_id, host=advertised.host, port=advertised.port,
                 error_code=ErrorCode.none, error_message=None)
 

@@ -10,13 +10,15 @@ PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4.
 
 Authorization (Kafka's KafkaApis): WRITE on the TRANSACTIONAL_ID (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED); without one, IDEMPOTENT_WRITE on the
-CLUSTER or WRITE on some topic (Kafka asks about any topic, ACL patterns
-included; here, the topics that exist), else CLUSTER_AUTHORIZATION_FAILED.
+CLUSTER or WRITE on some topic (Kafka 4's authorizeByResourceType: any ALLOW
+on a topic pattern, existing topic or not, that no DENY cancels; an authorizer
+without ACLs is asked about the topics that exist), else
+CLUSTER_AUTHORIZATION_FAILED.
 """
 from __future__ import annotations
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized_any, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 22
@@ -29,7 +31,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     pid, epoch = -1, -1
     if body.transactional_id is None:
         error = denied(request, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)
-        if error and authorized(request, AclOperation.WRITE, ResourceType.TOPIC, broker.store.topics()):
+        if error and authorized_any(request, AclOperation.WRITE, ResourceType.TOPIC, broker.store.topics):
             error = ErrorCode.none
         if not error:
             pid, epoch = broker.producer_ids.allocate(), 0

@@ -14,26 +14,30 @@ versions before it existed, as Kafka answers them).
 
 Authorization: every handler asks for what it touches, with the operation
 and resource Kafka's KafkaApis names (each module's docstring says which),
-through `authorized`/`denied`/`each_partition`; the broker's authorizer
-decides (`logstore.broker.authorizer`). A denial is the resource type's
-*_AUTHORIZATION_FAILED code.
+through `authorized`/`denied`/`each_partition` (and `authorized_any`, Kafka's
+authorizeByResourceType); the broker's authorizer decides
+(`logstore.broker.authorizer`), given the client's IP when it takes one. A
+denial is the resource type's *_AUTHORIZATION_FAILED code.
 """
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
+from functools import cache
 from typing import Generic, Never, TypeVar, TypeVarTuple, cast
 
+from logstore.broker.acls import java_host
 from logstore.broker.api import KioMessage, Request, build
-from logstore.broker.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from logstore.broker.authorizer import CLUSTER_NAME, AclAuthorizer, AclOperation, Authorizer, ResourceType
 from logstore.broker.protocol import ErrorCode
 from logstore.errors import LogStoreError
 
 __all__ = ["AclOperation", "ResourceType", "CLUSTER_NAME", "OLDER_VERSIONS", "DENIED", "KioMessage", "Outcome",
-           "PartitionResult", "Shape", "attempt", "authorized", "coordinate", "denied", "distinct_partitions",
-           "each_partition", "error_code", "failure", "held", "refuse", "topic_rows"]
+           "PartitionResult", "Shape", "attempt", "authorized", "authorized_any", "client_ip", "coordinate", "denied",
+           "distinct_partitions", "each_partition", "error_code", "failure", "held", "refuse", "topic_rows"]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -142,7 +146,40 @@ async def held(request: Request, call: Callable[[*Ts], Future[T]], *args: *Ts) -
 def authorized(request: Request, operation: AclOperation, resource_type: ResourceType,
                names: Iterable[str]) -> set[str]:
     """The names among `names` the request's principal may perform `operation` on."""
-    return set(request.broker.authorizer.authorize(request.principal, operation, resource_type, list(names)))
+    authorizer = request.broker.authorizer
+    if _takes_host(type(authorizer)):
+        # Its authorize takes `host` (checked once per class, on its signature), as an AclAuthorizer's does.
+        host_aware = cast(AclAuthorizer, authorizer)
+        return set(host_aware.authorize(request.principal, operation, resource_type, list(names),
+                                        host=client_ip(request)))
+    return set(authorizer.authorize(request.principal, operation, resource_type, list(names)))
+
+
+def authorized_any(request: Request, operation: AclOperation, resource_type: ResourceType,
+                   names: Callable[[], Iterable[str]]) -> bool:
+    """Whether the principal may perform `operation` on some resource of the type, whatever its name
+    (Kafka's authorizeByResourceType); an authorizer that cannot say is asked about `names()`."""
+    authorizer = request.broker.authorizer
+    if isinstance(authorizer, AclAuthorizer):
+        return authorizer.authorize_any(request.principal, operation, resource_type, host=client_ip(request))
+    return bool(authorized(request, operation, resource_type, names()))
+
+
+def client_ip(request: Request) -> str:
+    """The client's address as Kafka's ACLs compare hosts (InetAddress.getHostAddress): "1.2.3.4", and IPv6
+    as Java prints it, "0:0:0:0:0:0:0:1" rather than "::1"."""
+    return java_host(request.client_host.removeprefix("/"))
+
+
+@cache
+def _takes_host(cls: type[Authorizer]) -> bool:
+    """Whether an authorizer class's `authorize` takes the client's `host` (Kafka's ACLs do; a user class
+    written for the four-argument form need not)."""
+    try:
+        parameters = inspect.signature(cls.authorize).parameters
+    except (TypeError, ValueError):
+        return False
+    return "host" in parameters or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
 
 
 def denied(request: Request, operation: AclOperation, resource_type: ResourceType,

@@ -228,8 +228,9 @@ async def handle(request: Request, body: KioMessage) -> bytes:
         # Kafka refuses the whole request (InvalidRequestException), each topic answered with the error.
         refused = [Row(ErrorCode.invalid_request, topic.name or "", None) for topic in body.topics]
         if len(refused) <= INLINE_TOPICS:
-            return _answer(broker, version, refused)
-        answered: Outcome[bytes] = await coordinate(request, _answer, broker, version, refused)
+            return _answer(broker, version, refused, request.listener)
+        answered: Outcome[bytes] = await coordinate(request, _answer, broker, version, refused,
+                                                    request.listener)
         return answered.result
     existing = broker.store.topics()
     asked = await _asked(request, body, existing)
@@ -240,8 +241,9 @@ async def handle(request: Request, body: KioMessage) -> bytes:
     if len(asked.names) + len(asked.unknown_ids) + len(asked.hidden) <= INLINE_TOPICS:
         rows = _plan(broker, version, asked, existing, errors)
         if _light(broker, rows):
-            return _answer(broker, version, rows)
-    built: Outcome[bytes] = await coordinate(request, _build, broker, version, asked, existing, errors)
+            return _answer(broker, version, rows, request.listener)
+    built: Outcome[bytes] = await coordinate(request, _build, broker, version, asked, existing, errors,
+                                             request.listener)
     # Building raises no Kafka error: every topic's error is already in its row.
     return built.result
 
@@ -299,15 +301,15 @@ def _light(broker: BrokerContext, rows: Sequence[Row]) -> bool:
 
 
 def _build(broker: BrokerContext, version: int, asked: Asked, existing: Mapping[str, int],
-           errors: Mapping[str, ErrorCode]) -> bytes:
+           errors: Mapping[str, ErrorCode], listener: str) -> bytes:
     """The response body of a request (in the coordinator pool, for a large one)."""
-    return _answer(broker, version, _plan(broker, version, asked, existing, errors))
+    return _answer(broker, version, _plan(broker, version, asked, existing, errors), listener)
 
 
-def _answer(broker: BrokerContext, version: int, rows: Sequence[Row]) -> bytes:
-    """The response body: the envelope's bytes around each row's."""
+def _answer(broker: BrokerContext, version: int, rows: Sequence[Row], listener: str) -> bytes:
+    """The response body: the envelope's bytes (this broker as `listener` advertises it) around each row's."""
     cached = broker.response_cache.setdefault(KEY, {})
-    head, tail = _envelope(broker, version, cached)
+    head, tail = _envelope(broker, version, cached, listener)
     write_row = _row_writer(version)
     parts = [head, _array_count(version, len(rows))]
     for row in rows:
@@ -364,12 +366,13 @@ def _array_count(version: int, count: int) -> bytes:
     return b"".join(frame.finish().parts)
 
 
-def _envelope(broker: BrokerContext, version: int, cached: dict[Hashable, bytes]) -> tuple[bytes, bytes]:
+def _envelope(broker: BrokerContext, version: int, cached: dict[Hashable, bytes],
+              listener: str) -> tuple[bytes, bytes]:
     """(what comes before the topics array, what comes after it) of this broker's answer."""
-    head_key, tail_key = ("head", version), ("tail", version)
+    head_key, tail_key = ("head", version, listener), ("tail", version, listener)
     if head_key in cached and tail_key in cached:
         return cached[head_key], cached[tail_key]
-    body = encode_body(_response(broker, version))
+    body = encode_body(_response(broker, version, listener))
     cls = response_type(KEY, version)
     # After the topics: the cluster's authorized operations (v8-v10), then the tagged fields (flexible versions).
     tail_size = (4 if "cluster_authorized_operations" in cls.__dataclass_fields__ else 0) + int(cls.__flexible__)
@@ -382,9 +385,9 @@ def _envelope(broker: BrokerContext, version: int, cached: dict[Hashable, bytes]
     return head, tail
 
 
-def _response(broker: BrokerContext, version: int) -> ResponsePayload:
-    """This broker's answer with no topics."""
-    advertised = broker.config.advertised
+def _response(broker: BrokerContext, version: int, listener: str) -> ResponsePayload:
+    """This broker's answer with no topics, as `listener` advertises it."""
+    advertised = broker.config.advertised_for(listener)
     node = build(response_type(KEY, version, "MetadataResponseBroker"), node_id=broker.node_id,
                  host=advertised.host, port=advertised.port, rack=None)
     return build(response_type(KEY, version), throttle_time=ZERO_MS, brokers=(node,), cluster_id=broker.cluster_id,

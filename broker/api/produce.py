@@ -38,6 +38,13 @@ Authorization (Kafka's KafkaApis): a transactional request needs WRITE on
 its TRANSACTIONAL_ID (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every
 partition), and each topic WRITE on the TOPIC (else
 TOPIC_AUTHORIZATION_FAILED on its partitions).
+
+Quotas (Kafka's KafkaApis, KIP-219): once the batches are appended, the
+request's size is recorded against the client's `producer_byte_rate` and
+(unless acks=0) its handling time against `request_percentage`; if either is
+over, the larger throttle time goes into the answer's throttle_time_ms and
+the connection reads nothing more from the client for that long. The
+records are appended either way.
 """
 from __future__ import annotations
 
@@ -64,7 +71,8 @@ from logstore.broker.api.kit import (
     topic_rows,
 )
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
-from logstore.broker.protocol import ZERO_MS, ErrorCode, decode_native_produce
+from logstore.broker.protocol import ErrorCode, decode_native_produce
+from logstore.broker.request_time import request_throttle, throttle_field
 from logstore.errors import LogStoreError
 from logstore.formats.protocol import record_errors
 
@@ -232,6 +240,8 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
         checked = {id(batch): answer for batch, answer in zip(left, answers)}
     results = [(topic, [_appended(request, row, checked, body.transactional_id) for row in rows])
                for topic, rows in prepared]
+    # Muted before the connection may read on (`applied`), so the client's next request waits out the throttle.
+    throttle_ms = _throttle(request, body)
     request.applied()
     waits = [r for _, rows in results for r in rows if r.outcome.ok]
     broker.notify_appended([(r.topic, r.index) for r in waits])
@@ -251,4 +261,27 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
     topics = topic_rows(results, response_type(KEY, version, "TopicProduceResponse"),
                         response_type(KEY, version, "PartitionProduceResponse"),
                         lambda result: _fields(result, fsync_errors, version), partitions_field="partition_responses")
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, responses=topics)
+    return build(response_type(KEY, version), throttle_time=throttle_field(throttle_ms), responses=topics)
+
+
+def _request_size(body: ProduceRequest) -> int:
+    """The request's size in bytes (Kafka records request.sizeInBytes): the frame the records are views of."""
+    views = [p.records for t in body.topic_data for p in t.partition_data if p.records is not None]
+    if views and isinstance(views[0].obj, (bytes, bytearray)):
+        return len(views[0].obj)
+    return sum(view.nbytes for view in views)
+
+
+def _throttle(request: Request, body: ProduceRequest) -> int:
+    """Record the request against the client's produce and request quotas; the larger throttle time (ms),
+    and the connection muted for it."""
+    quotas = request.broker.quotas
+    user, client_id = request.principal.name, request.client_id or ""
+    bandwidth = quotas.produce.record(user, client_id, _request_size(body)) if quotas.produce.enabled else 0
+    # Kafka enforces no request quota on acks=0: the client is never told.
+    handling = request_throttle(quotas, request) if body.acks != 0 and quotas.request.enabled else 0
+    throttle_ms = max(bandwidth, handling)
+    if throttle_ms > 0:
+        (quotas.produce if bandwidth > handling else quotas.request).throttled(user, client_id, throttle_ms)
+        request.throttle(throttle_ms)
+    return throttle_ms

@@ -19,6 +19,11 @@ Both drive the node's transaction and group coordinators, the very objects a
 broker serves, so fencing, exactly-once offsets and group rebalances behave
 as they do over the wire. One process holds a data directory at a time (its
 `.lock`); a second `open` fails with LogDirLockedError.
+
+Authorization is the broker's: `authorizer.class.name` among the settings
+(Kafka's StandardAuthorizer reads the directory's ACLs, with `super.users`)
+decides what each client may do, as the principal its `principal` setting
+names (access.py).
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from logstore.broker.config import BrokerConfig
+from logstore.broker.embedded.access import authorizer_of
 from logstore.broker.embedded.consumer import Consumer, NoOffsetForPartitionError
 from logstore.broker.embedded.membership import GroupMetadata
 from logstore.broker.embedded.producer import (
@@ -47,6 +53,9 @@ def open(path: str, settings: Mapping[str, Any] | None = None) -> Node:  # noqa:
     node = Node(config)
     try:
         _forget_members_of_earlier_processes(node)
+        # Made now, so a bad authorizer.class.name fails the open; the store holds the lock the ACL files are
+        # read under.
+        authorizer_of(node)
     except BaseException:
         node.close()
         raise

@@ -9,6 +9,13 @@ Positions start at the group's committed offset, else where
 and drop aborted transactions, with the same filter a networked client
 applies to a Fetch response. `poll` returns `{(topic, partition): [Record]}`,
 as kafka-python's does, with at most `max.poll.records` records.
+
+Each step asks the node's authorizer what the broker's handler of its API
+asks (access.py): `poll` READ on the assigned topics (Fetch), and for a
+subscription READ on the group and DESCRIBE on the subscribed topics
+(JoinGroup, Metadata); positions DESCRIBE on the group and topics
+(OffsetFetch, ListOffsets); `commit` READ on the group and topics. A refusal
+raises its *AuthorizationFailedError.
 """
 from __future__ import annotations
 
@@ -17,6 +24,8 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from logstore.broker.authorizer import AclOperation, ResourceType
+from logstore.broker.embedded.access import Access
 from logstore.broker.embedded.membership import Change, GroupMetadata, Membership, parse_strategies
 from logstore.broker.embedded.settings import CONSUMER_SETTINGS, parse_settings
 from logstore.errors import (
@@ -48,6 +57,7 @@ class Consumer:
 
     def __init__(self, node: Node, config: Mapping[str, Any] | None = None):
         self.settings = s = parse_settings(config, CONSUMER_SETTINGS, "consumer")
+        self._access = Access(node, s["principal"])
         self._node = node
         self._store = node.store
         self._groups = node.groups
@@ -144,17 +154,23 @@ class Consumer:
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read from each partition's log start."""
-        for tp in self._assigned if partitions is None else partitions:
+        chosen = list(self._assigned if partitions is None else partitions)
+        self._require_topics(AclOperation.DESCRIBE, chosen)   # ListOffsets
+        for tp in chosen:
             self.seek(tp, self._store.log(*tp).log_start_offset)
 
     def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         """Read only what comes after now (the last stable offset, for read_committed)."""
-        for tp in self._assigned if partitions is None else partitions:
+        chosen = list(self._assigned if partitions is None else partitions)
+        self._require_topics(AclOperation.DESCRIBE, chosen)   # ListOffsets
+        for tp in chosen:
             self.seek(tp, self._end(tp))
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The group's committed offset of each partition (None where none is)."""
-        found = self._groups.fetch_offsets(self._need_group(), list(partitions), self._committed_reads)
+        asked = list(partitions)
+        self._require_offsets(AclOperation.DESCRIBE, self._need_group(), asked)   # OffsetFetch
+        found = self._groups.fetch_offsets(self._need_group(), asked, self._committed_reads)
         out: dict[TopicPartition, int | None] = {}
         for tp, value in found.items():
             if isinstance(value, LogStoreError):
@@ -169,6 +185,7 @@ class Consumer:
             offsets = {tp: self._positions[tp] for tp in self._assigned if tp in self._positions}
         if not offsets:
             return
+        self._require_offsets(AclOperation.READ, group_id, offsets)   # OffsetCommit
         meta = self.group_metadata()
         errors = self._groups.commit_offsets(group_id, meta.member_id, meta.group_instance_id, meta.generation_id,
                                              {tp: (offset, -1, "") for tp, offset in offsets.items()})
@@ -183,7 +200,9 @@ class Consumer:
     def _init_positions(self, partitions: list[TopicPartition], deadline: float) -> None:
         """Start each partition at the group's committed offset, else where auto.offset.reset says."""
         committed: dict[TopicPartition, CommittedOffset | LogStoreError | None] = {}
+        self._require_topics(AclOperation.DESCRIBE, partitions)   # OffsetFetch, ListOffsets
         if self._group_id is not None:
+            self._access.require(AclOperation.DESCRIBE, ResourceType.GROUP, (self._group_id,))
             while True:
                 committed = self._groups.fetch_offsets(self._group_id, partitions, self._committed_reads)
                 # A transactional commit still pending: its outcome decides where to start (KIP-447).
@@ -231,6 +250,7 @@ class Consumer:
         return member is not None and not member.stable
 
     def _fetch(self, deadline: float) -> dict[TopicPartition, list[Record]]:
+        self._require_topics(AclOperation.READ, self._assigned)   # Fetch
         missing = [tp for tp in self._assigned if tp not in self._positions]
         if missing:
             self._init_positions(missing, deadline)
@@ -290,6 +310,9 @@ class Consumer:
     # -- the group ---------------------------------------------------------------------------
 
     def _rebalance(self, member: Membership, deadline: float) -> None:
+        # JoinGroup, SyncGroup and Heartbeat: READ on the group; Metadata of the subscription: DESCRIBE.
+        self._access.require(AclOperation.READ, ResourceType.GROUP, (member.group_id,))
+        self._access.require(AclOperation.DESCRIBE, ResourceType.TOPIC, sorted(self._subscription or ()))
         counts = self._subscribed_counts()
         if member.stable and counts != self._assigned_counts:
             member.rejoin_needed = True  # a subscribed topic appeared or grew: the leader must look again
@@ -368,6 +391,14 @@ class Consumer:
         return next_at
 
     # -- lifecycle ---------------------------------------------------------------------------
+
+    def _require_topics(self, operation: AclOperation, partitions: Iterable[TopicPartition]) -> None:
+        self._access.require(operation, ResourceType.TOPIC, sorted({topic for topic, _ in partitions}))
+
+    def _require_offsets(self, operation: AclOperation, group_id: str, partitions: Iterable[TopicPartition]) -> None:
+        """The group, then the topics: Kafka's offset APIs refuse the group first."""
+        self._access.require(operation, ResourceType.GROUP, (group_id,))
+        self._require_topics(operation, partitions)
 
     def _need_group(self) -> str:
         if self._group_id is None:

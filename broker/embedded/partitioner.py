@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import random
 import struct
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from logstore.errors import UnknownTopicOrPartitionError
@@ -55,9 +56,12 @@ def partition_for_key(key: bytes, partitions: int) -> int:
 class Partitioner:
     """Partition counts cached from the store (refreshed when its topics change), and the sticky choice."""
 
-    def __init__(self, store: LogManager, auto_create: bool, default_partitions: int):
+    def __init__(self, store: LogManager, auto_create: bool, default_partitions: int,
+                 may_create: Callable[[str], None] = lambda topic: None):
         self._store = store
         self._auto_create = auto_create
+        # Raises if the client may not create the topic (auto-creation asks for CREATE, as Kafka's Metadata).
+        self._may_create = may_create
         self._default_partitions = default_partitions
         self._counts: dict[str, int] = {}
         self._version = -1
@@ -75,6 +79,7 @@ class Partitioner:
             if count is None:
                 if not self._auto_create:
                     raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
+                self._may_create(topic)
                 count = store.create_topic(topic, self._default_partitions).partitions
             self._counts[topic] = count
         return count

@@ -13,6 +13,14 @@ is added to the transaction before the batch is written, offsets go through
 the group coordinator's transactional commit, and commit/abort are EndTxn.
 As in the Java client, an error inside a transaction makes it abortable
 (only `abort_transaction` is allowed next) and a fenced epoch is fatal.
+
+Each step asks the node's authorizer what the broker's handler of its API
+asks (access.py): the constructor of an idempotent producer IDEMPOTENT_WRITE
+on the CLUSTER or WRITE on some topic, `send` WRITE on the topic (and, to
+create it, CREATE on the CLUSTER or the topic), the transactional calls
+WRITE on the TRANSACTIONAL_ID, `send_offsets_to_transaction` READ on the
+group and the topics; a refusal raises its *AuthorizationFailedError (and,
+inside a transaction, makes it abortable).
 """
 from __future__ import annotations
 
@@ -23,6 +31,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, TypeVarTuple
 
+from logstore.broker.authorizer import CLUSTER_NAME, AclOperation, ResourceType
+from logstore.broker.embedded.access import Access
 from logstore.broker.embedded.partitioner import Partitioner
 from logstore.broker.embedded.settings import PRODUCER_SETTINGS, parse_settings
 from logstore.errors import (
@@ -159,6 +169,7 @@ class Producer:
     def __init__(self, node: Node, config: Mapping[str, Any] | None = None):
         self.settings = parse_settings(config, PRODUCER_SETTINGS, "producer")
         s = self.settings
+        self._access = Access(node, s["principal"])
         self._node = node
         self._store = node.store
         self._txns = node.transactions
@@ -172,7 +183,7 @@ class Producer:
         self._compression = CODEC_IDS[s["compression.type"]]
         self._client_id = s["client.id"] or f"producer-{next(_CLIENT_NUMBERS)}"
         self._partitioner = Partitioner(self._store, node.config["auto.create.topics.enable"],
-                                        node.config["num.partitions"])
+                                        node.config["num.partitions"], self._may_create)
         self._lock = threading.RLock()
         self._open: dict[TopicPartition, _Batch] = {}
         self._unsettled: set[_Batch] = set()
@@ -186,6 +197,7 @@ class Producer:
             self._state = _State.UNINITIALIZED
         else:
             if self._idempotent:
+                self._access.require_idempotent_write()
                 self.producer_id, self.producer_epoch = self._txns.init_producer_id(None, 0)
             self._state = _State.READY
         node.add_client(self)
@@ -203,6 +215,11 @@ class Producer:
             state = self._state
             if state is not _State.IN_TRANSACTION and (state is not _State.READY or self._transactional_id):
                 self._check_can_send()
+            try:
+                self._access.require(AclOperation.WRITE, ResourceType.TOPIC, (topic,))
+            except LogStoreError as exc:
+                self._failed(exc)
+                raise
             p = self._partitioner.partition(topic, key, partition)
             tp = (topic, p)
             now = time.time()
@@ -219,6 +236,13 @@ class Producer:
             elif index == 0:
                 self._node.wake()  # a new lingering batch: the upkeep must look at its deadline
             return future
+
+    def _may_create(self, topic: str) -> None:
+        """Raise unless the principal may create `topic` (Kafka's auto-creation: CREATE on the CLUSTER, else on
+        the TOPIC)."""
+        access = self._access
+        if not access.allowed(AclOperation.CREATE, ResourceType.CLUSTER, (CLUSTER_NAME,)):
+            access.require(AclOperation.CREATE, ResourceType.TOPIC, (topic,))
 
     def _check_can_send(self) -> None:
         state = self._state
@@ -256,6 +280,7 @@ class Producer:
             fresh = {b.tp for b in batches} - self._in_txn
             if fresh:
                 try:
+                    self._access.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, (self._txn_id,))
                     self._coordinator(self._txns.add_partitions, sorted(fresh))
                 except LogStoreError as exc:
                     for batch in batches:
@@ -365,6 +390,7 @@ class Producer:
                 raise IllegalStateError("init_transactions needs transactional.id")
             if self._state is not _State.UNINITIALIZED:
                 raise IllegalStateError(f"init_transactions called twice (the producer is {self._state.value})")
+            self._access.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, (self._transactional_id,))
             deadline = time.monotonic() + MAX_BLOCK_S
             while True:
                 try:
@@ -398,7 +424,12 @@ class Producer:
                 self._check_can_send()
                 raise IllegalStateError("send_offsets_to_transaction needs an open transaction")
             groups = self._node.groups
+            access = self._access
             try:
+                # AddOffsetsToTxn, then TxnOffsetCommit: the id, the group, and READ on the topics committed.
+                access.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, (self._txn_id,))
+                access.require(AclOperation.READ, ResourceType.GROUP, (group_metadata.group_id,))
+                access.require(AclOperation.READ, ResourceType.TOPIC, sorted({topic for topic, _ in offsets}))
                 self._coordinator(self._txns.add_offsets, group_metadata.group_id)
                 self._txn_on_coordinator = True
                 errors = groups.commit_txn_offsets(
@@ -440,6 +471,7 @@ class Producer:
         """EndTxn, if the coordinator knows of this transaction (under the lock); the producer is ready after."""
         if self._txn_on_coordinator:
             try:
+                self._access.require(AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, (self._txn_id,))
                 self._coordinator(self._txns.end_transaction, commit)
             except LogStoreError as exc:
                 self._failed(exc)

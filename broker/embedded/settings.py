@@ -1,7 +1,9 @@
 """The embedded clients' settings, under the Java client's names and with its defaults.
 
 A name the client does not know is refused (as librdkafka refuses it), so a
-typo does not silently leave a default in place.
+typo does not silently leave a default in place. `principal` is ours: who
+the client runs as under the node's authorizer (see access.py), Kafka's
+`type:name`, by default `User:ANONYMOUS` as on a PLAINTEXT connection.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from logstore.native.compression import CODEC_IDS
 # name -> (default, parser, allowed values or None)
 PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset[str] | None]] = {
     "client.id": ("", str, None),
+    "principal": ("User:ANONYMOUS", str, None),
     "transactional.id": (None, str, None),
     "enable.idempotence": (True, bool, None),
     "acks": ("all", str, frozenset({"all", "-1", "1", "0"})),
@@ -26,6 +29,7 @@ PRODUCER_SETTINGS: dict[str, tuple[Any, type, frozenset[str] | None]] = {
 
 CONSUMER_SETTINGS: dict[str, tuple[Any, type, frozenset[str] | None]] = {
     "client.id": ("", str, None),
+    "principal": ("User:ANONYMOUS", str, None),
     "group.id": (None, str, None),
     "group.instance.id": (None, str, None),
     "isolation.level": ("read_uncommitted", str, frozenset({"read_uncommitted", "read_committed"})),

@@ -100,8 +100,12 @@ def test_other_errors_and_apis_keep_their_code():
 
 
 
+def _config(tmp_path: Path | None = None) -> BrokerConfig:
+    return BrokerConfig.from_properties({"log.dirs": str(tmp_path or Path("/nonexistent-logstore-dir"))})
+
+
 def test_no_authorizer_class_allows_everything():
-    authorizer = load_authorizer("")
+    authorizer = load_authorizer("", _config())
     assert isinstance(authorizer, AllowAll)
     assert authorizer.authorize(ANONYMOUS, AclOperation.WRITE, ResourceType.TOPIC, ["a", "b"]) == {"a", "b"}
     assert str(ANONYMOUS) == "User:ANONYMOUS"
@@ -109,7 +113,7 @@ def test_no_authorizer_class_allows_everything():
 
 @pytest.mark.parametrize("name", ["logstore.broker.authorizer.AllowAll", "logstore.broker.authorizer:AllowAll"])
 def test_an_authorizer_class_is_named_like_kafkas(name):
-    assert isinstance(load_authorizer(name), AllowAll)
+    assert isinstance(load_authorizer(name, _config()), AllowAll)
 
 
 @pytest.mark.parametrize("name", ["nosuchmodule.Authorizer", "logstore.broker.authorizer.NoSuchClass", "AllowAll",
@@ -117,4 +121,4 @@ def test_an_authorizer_class_is_named_like_kafkas(name):
                                   "logstore.broker.authorizer.ResourceType"])
 def test_a_name_that_is_no_authorizer_is_refused(name):
     with pytest.raises(ValueError, match="authorizer.class.name"):
-        load_authorizer(name)
+        load_authorizer(name, _config())

@@ -89,9 +89,9 @@ async def _parked(broker: Broker) -> asyncio.Task:
     return parked
 
 
-def _records(rows) -> list[int]:
+def _records(answer) -> list[int]:
     """The partitions of a Fetch answer that carry records."""
-    return [row[0] for _, partition_rows in rows for row in partition_rows if row[6]]
+    return [row[0] for _, partition_rows in answer.topics for row in partition_rows if row[6]]
 
 
 def test_an_append_wakes_only_the_fetches_parked_on_its_partition(broker, passes):
@@ -107,7 +107,7 @@ def test_an_append_wakes_only_the_fetches_parked_on_its_partition(broker, passes
         rows = await asyncio.wait_for(parked, 30)
         assert passes[0] == 2
         assert _records(rows) == [7]
-        fetch_api._close(rows)
+        fetch_api._close(rows.topics)
         assert len(broker.fetch_waiters) == 0, "a woken Fetch left its registrations behind"
     asyncio.run(scenario())
 
@@ -123,7 +123,7 @@ def test_a_produce_wakes_only_the_fetches_of_its_partitions(broker, passes):
         rows = await asyncio.wait_for(parked, 30)
         assert passes[0] == 2
         assert _records(rows) == [3]
-        fetch_api._close(rows)
+        fetch_api._close(rows.topics)
     asyncio.run(scenario())
 
 
@@ -143,7 +143,7 @@ def test_markers_written_by_another_thread_wake_the_fetches_of_their_partitions(
         elsewhere.join()
         rows = await asyncio.wait_for(parked, 30)
         assert passes[0] == 2 and _records(rows) == [1]
-        fetch_api._close(rows)
+        fetch_api._close(rows.topics)
     asyncio.run(scenario())
 
 

@@ -51,7 +51,7 @@ def test_an_answer_that_cannot_be_encoded_closes_its_duplicates(segment_fd):
     dups = _dups(held)
     assert len(dups) == 3 and all(map(_is_open, dups))
     with pytest.raises(TypeError):
-        fetch._encode(1, 12, held)
+        fetch._encode(1, 12, fetch.FetchAnswer(held))
     assert not any(map(_is_open, dups))
 
 

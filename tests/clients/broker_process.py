@@ -151,3 +151,20 @@ class BrokerProcess:
                 return int(line.split()[1])
         raise KeyError(field)
 
+
+
+def finish_brokers(brokers: list[BrokerProcess]) -> None:
+    """Stop every broker still running (cleanly, checked) and check no run logged a traceback."""
+    errors = []
+    for b in brokers:
+        if b.running:
+            try:
+                b.stop()
+            except BaseException as exc:  # noqa: BLE001 - stop the others, then report
+                errors.append(exc)
+        elif b.proc is not None and b.proc.returncode not in (0, -signal.SIGKILL):
+            errors.append(AssertionError(f"broker exited with {b.proc.returncode}:\n{b.log_text()}"))
+    for b in brokers:
+        assert "Traceback" not in b.log_text(), f"the broker logged a traceback:\n{b.log_text()}"
+    if errors:
+        raise errors[0]

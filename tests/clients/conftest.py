@@ -10,29 +10,11 @@ otherwise hide behind a client's retries).
 """
 from __future__ import annotations
 
-import signal
 from pathlib import Path
 
 import pytest
 
-from broker_process import BrokerProcess, free_port
-
-
-def _finish(brokers: list[BrokerProcess]) -> None:
-    """Stop every broker still running (cleanly, checked) and check no run logged a traceback."""
-    errors = []
-    for b in brokers:
-        if b.running:
-            try:
-                b.stop()
-            except BaseException as exc:  # noqa: BLE001 - stop the others, then report
-                errors.append(exc)
-        elif b.proc is not None and b.proc.returncode not in (0, -signal.SIGKILL):
-            errors.append(AssertionError(f"broker exited with {b.proc.returncode}:\n{b.log_text()}"))
-    for b in brokers:
-        assert "Traceback" not in b.log_text(), f"the broker logged a traceback:\n{b.log_text()}"
-    if errors:
-        raise errors[0]
+from broker_process import BrokerProcess, finish_brokers, free_port
 
 
 def _factory(tmp_dir: Path, started: list[BrokerProcess]):
@@ -51,7 +33,7 @@ def start_broker(tmp_path):
     """`start_broker(*overrides) -> BrokerProcess`; all are stopped and checked at teardown."""
     started: list[BrokerProcess] = []
     yield _factory(tmp_path, started)
-    _finish(started)
+    finish_brokers(started)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +41,7 @@ def broker(tmp_path_factory):
     """One broker for the module, with default settings: (host, port, data_dir) and more."""
     started: list[BrokerProcess] = []
     yield _factory(tmp_path_factory.mktemp("broker"), started)()
-    _finish(started)
+    finish_brokers(started)
 
 
 @pytest.fixture

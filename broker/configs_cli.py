@@ -1,0 +1,171 @@
+"""`logstore configs`: describe and alter entity configs of a running broker, as kafka-configs.sh.
+
+The arguments are registered in `logstore/cli.py`; `run(args)` does the work
+over one `AdminClient` connection to `--bootstrap-server`.
+
+Entities: `--entity-type T` each followed by its `--entity-name N` or
+`--entity-default` (paired in order, as kafka-configs pairs them); `--user
+N`, `--client N`, `--user-defaults`, `--client-defaults` are the
+shorthands. users and clients are client quota entities (DescribeClientQuotas
+/ AlterClientQuotas): a user, a client id, or both (the quota of that user's
+client). Each entity type is an `EntityKind` in `ENTITY_KINDS`, so other types
+(topics, brokers: DescribeConfigs / IncrementalAlterConfigs) add a row there.
+
+- `--describe`: the configs of the named entities, or of every entity of
+  the types given when a type has no name. Kafka's line per entity:
+  `Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1048576.0`
+  (a default entity prints as `the default user-principal`).
+- `--alter --add-config 'k1=v1,k2=v2' --delete-config k3,k4`: one
+  AlterClientQuotas; prints `Completed updating config for <entity>.`
+
+Exit status: 0 done; 1 the broker refused (its Kafka error and message on
+stderr); 2 bad arguments, or no broker at --bootstrap-server.
+"""
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from kio.schema.alter_client_quotas.v1 import request as alter_v1
+from kio.schema.describe_client_quotas.v1 import request as describe_v1
+from kio.static.primitive import f64, i8
+
+from logstore.broker.admin_client import AdminClient, error_name
+from logstore.broker.transactions_cli import BrokerError, UsageError, run_command
+
+__all__ = ["ENTITY_KINDS", "EntityKind", "EntityNameAction", "run"]
+
+PROG = "logstore configs"
+EXACT, DEFAULT, SPECIFIED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class EntityKind:
+    """One `--entity-type`: its name in Kafka's entity model and how it is described and altered."""
+
+    quota_type: str | None        # the client quota entity type, or None for a config resource
+    label: str                    # as kafka-configs prints it
+
+
+ENTITY_KINDS: dict[str, EntityKind] = {
+    "users": EntityKind("user", "user-principal"),
+    "clients": EntityKind("client-id", "client-id"),
+}
+
+
+class EntityNameAction(argparse.Action):
+    """`--entity-name N` / `--entity-default` (and the shorthands): appended to `entities` in order, each
+    paired with the `--entity-type` at its place."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, kind: str | None = None, default_entity: bool = False,
+                 **kwargs: Any):
+        self.kind, self.default_entity = kind, default_entity
+        super().__init__(option_strings, dest, nargs=0 if default_entity else None, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        entities = list(getattr(namespace, "entities", None) or [])
+        entities.append((self.kind, None if self.default_entity else values))
+        namespace.entities = entities
+
+
+def _entities(args: argparse.Namespace) -> list[tuple[str, str | None, bool]]:
+    """(entity type, name, whether a name or default was given) in kafka-configs' pairing."""
+    types = list(args.entity_type or [])
+    pairs = list(getattr(args, "entities", None) or [])
+    named: list[tuple[str, str | None, bool]] = []
+    for kind, name in pairs:
+        if kind is not None:         # a shorthand names its own type
+            named.append((kind, name, True))
+        elif types:
+            named.append((types.pop(0), name, True))
+        else:
+            raise UsageError("--entity-name/--entity-default must follow an --entity-type")
+    named.extend((kind, None, False) for kind in types)
+    for kind, _, _ in named:
+        if kind not in ENTITY_KINDS:
+            raise UsageError(f"--entity-type {kind}: expected one of {', '.join(ENTITY_KINDS)}")
+    if not named:
+        raise UsageError("an --entity-type (or --user/--client) is required")
+    if len({kind for kind, _, _ in named}) != len(named):
+        raise UsageError("each entity type may be given once")
+    return named
+
+
+def _parse_add(text: str | None) -> dict[str, float]:
+    configs: dict[str, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        try:
+            configs[key.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"--add-config: {item!r} is not key=number") from None
+        if not sep:
+            raise UsageError(f"--add-config: {item!r} is not key=number")
+    return configs
+
+
+def _check(args: argparse.Namespace) -> None:
+    entities = _entities(args)
+    if args.alter:
+        if not all(given for _, _, given in entities):
+            raise UsageError("--alter needs an --entity-name or --entity-default for every --entity-type")
+        if not args.add_config and not args.delete_config:
+            raise UsageError("--alter needs --add-config or --delete-config")
+        _parse_add(args.add_config)      # refused here, before any request, if malformed
+    elif args.add_config or args.delete_config:
+        raise UsageError("--add-config and --delete-config go with --alter")
+
+
+def _entity_text(entity: Sequence[tuple[str, str | None]]) -> str:
+    label = {kind.quota_type: kind.label for kind in ENTITY_KINDS.values()}
+    order = {"user": 0, "client-id": 1}
+    return ", ".join(f"the default {label.get(kind, kind)}" if name is None else f"{label.get(kind, kind)} '{name}'"
+                     for kind, name in sorted(entity, key=lambda pair: order.get(pair[0], 2)))
+
+
+def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    components = []
+    for kind, name, given in _entities(args):
+        quota_type = ENTITY_KINDS[kind].quota_type
+        assert quota_type is not None   # every kind registered so far is a client quota entity
+        match_type = (EXACT if name is not None else DEFAULT) if given else SPECIFIED
+        components.append(describe_v1.ComponentData(entity_type=quota_type, match_type=i8(match_type), match=name))
+    response = client.request(describe_v1.DescribeClientQuotasRequest(components=tuple(components), strict=True))
+    if response.error_code != 0:
+        raise BrokerError(f"{error_name(response.error_code)}: {response.error_message}")
+    for entry in response.entries:
+        values = ", ".join(f"{v.key}={v.value!r}" for v in sorted(entry.values, key=lambda v: v.key))
+        out.write(f"Quota configs for {_entity_text([(e.entity_type, e.entity_name) for e in entry.entity])} "
+                  f"are {values}\n")
+    return 0
+
+
+def _alter(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    entity = [(ENTITY_KINDS[kind].quota_type or kind, name) for kind, name, _ in _entities(args)]
+    ops = [alter_v1.OpData(key=key, value=f64(value), remove=False)
+           for key, value in _parse_add(args.add_config).items()]
+    ops += [alter_v1.OpData(key=key.strip(), value=f64(0.0), remove=True)
+            for key in (args.delete_config or "").split(",") if key.strip()]
+    request = alter_v1.AlterClientQuotasRequest(entries=(alter_v1.EntryData(
+        entity=tuple(alter_v1.EntityData(entity_type=kind, entity_name=name) for kind, name in entity),
+        ops=tuple(ops)),), validate_only=False)
+    response = client.request(request)
+    for entry in response.entries:
+        if entry.error_code != 0:
+            raise BrokerError(f"{error_name(entry.error_code)}: {entry.error_message}")
+    out.write(f"Completed updating config for {_entity_text(entity)}.\n")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], int]] = {"describe": _describe,
+                                                                                  "alter": _alter}
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    """Run one `logstore configs` command; the exit status (0 ok, 1 broker error, 2 usage or no broker)."""
+    return run_command(PROG, args, _check, COMMANDS["alter" if args.alter else "describe"], out)
