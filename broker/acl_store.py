@@ -7,13 +7,12 @@ One copy at the root of every log dir, each whole:
       "permissionType": "ALLOW"}, ...]}
 
 (the fields of Kafka's AccessControlEntryRecord, enum values by name). As
-`topic-configs` (`logstore.topics`): each change replaces every copy
-atomically (tmp + fsync + rename + directory fsync) with the generation
-raised by one, and on open the copy with the highest generation wins, so a
-crash between two log dirs leaves the older set or the newer one, never a
-mix. A copy that breaks the format is a `CorruptCheckpointError` naming the
-file: the broker does not start on ACLs it cannot read, since starting
-without them could allow what they deny.
+`topic-configs` (`logstore.generation_files`): each change replaces every
+copy atomically with the generation raised by one, and on open the copy with
+the highest generation wins, so a crash between two log dirs leaves the older
+set or the newer one, never a mix. A copy that breaks the format is a
+`CorruptCheckpointError` naming the file: the broker does not start on ACLs
+it cannot read, since starting without them could allow what they deny.
 
 A directory Kafka wrote holds its ACLs as AccessControlEntryRecords in
 `__cluster_metadata-0` (`kafka_acls` turns them into bindings): while no
@@ -25,56 +24,40 @@ Not thread-safe: the authorizer serialises its changes.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Iterable, Mapping, Sequence
 
 from logstore.broker.acls import AclBinding, enum_of, validate_binding
 from logstore.broker.authorizer import AclOperation, AclPermissionType, PatternType, ResourceType
-from logstore.checkpoints import CorruptCheckpointError, topic_id_to_string, write_atomically
+from logstore.checkpoints import CorruptCheckpointError, topic_id_to_string
 from logstore.cluster_metadata import MetadataAcl
 from logstore.filesystem import OS, FileSystem
+from logstore.generation_files import GenerationFile
 
 __all__ = ["ACLS_FILE", "AclStore", "encode_acls", "kafka_acls", "read_acls"]
 
 log = logging.getLogger(__name__)
 
 ACLS_FILE = "acls"
-ACLS_VERSION = 0
+ACLS_COPIES = GenerationFile(ACLS_FILE, "acls", body_is_list=True)
 
 
 def encode_acls(generation: int, bindings: Iterable[AclBinding]) -> bytes:
     """The file's bytes for a generation of ACLs."""
-    doc = {"version": ACLS_VERSION, "generation": generation, "acls": [b.to_json() for b in bindings]}
-    return json.dumps(doc, indent=1).encode("utf-8")
+    return ACLS_COPIES.encode(generation, [b.to_json() for b in bindings])
 
 
 def read_acls(path: str, fs: FileSystem = OS) -> tuple[int, list[AclBinding]]:
     """(generation, ACLs) of one `acls` file; FileNotFoundError if there is none, CorruptCheckpointError
     if it breaks the format."""
-    data = fs.read_file(path)
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise CorruptCheckpointError(path, data.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
-    if not isinstance(doc, dict) or set(doc) != {"version", "generation", "acls"}:
-        raise CorruptCheckpointError(path, 1, "expected an object of version, generation and acls")
-    if type(doc["version"]) is not int or doc["version"] != ACLS_VERSION:
-        raise CorruptCheckpointError(path, 1, f"expected version {ACLS_VERSION}, found {doc['version']!r}")
-    if type(doc["generation"]) is not int or doc["generation"] < 0:
-        raise CorruptCheckpointError(path, 1, f"bad generation {doc['generation']!r}")
-    if not isinstance(doc["acls"], list):
-        raise CorruptCheckpointError(path, 1, "acls is not a list")
+    generation, items = ACLS_COPIES.read(path, fs)
     bindings: list[AclBinding] = []
-    for index, item in enumerate(doc["acls"]):
+    for index, item in enumerate(items):
         try:
             bindings.append(AclBinding.from_json(item))
         except ValueError as exc:
             raise CorruptCheckpointError(path, 1, f"ACL {index}: {exc}") from None
-    return doc["generation"], bindings
+    return generation, bindings
 
 
 def kafka_acls(records: Mapping[bytes, MetadataAcl]) -> list[AclBinding]:
@@ -109,26 +92,16 @@ class AclStore:
 
     def load(self) -> list[AclBinding]:
         """The ACLs of the copy with the highest generation ([] when there is none)."""
-        newest: list[AclBinding] = []
-        best = -1
-        for log_dir in self.log_dirs:
-            try:
-                generation, bindings = read_acls(os.path.join(log_dir, ACLS_FILE), self.fs)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if generation > best:
-                best, newest = generation, bindings
-        if best >= 0:
-            self.found = True
-            self.generation = max(self.generation, best)
-        return newest
+        found = ACLS_COPIES.read_newest(self.log_dirs, lambda path: read_acls(path, self.fs))
+        if found is None:
+            return []
+        self.found = True
+        self.generation = max(self.generation, found[0])
+        return found[1]
 
     def save(self, bindings: Iterable[AclBinding]) -> None:
         """Replace every copy with `bindings`, durably, before returning (a StorageIOError if a write fails)."""
         # Raised before writing: a generation half-written by a failed write is never reused.
         self.generation += 1
-        data = encode_acls(self.generation, bindings)
-        for log_dir in self.log_dirs:
-            self.fs.makedirs(log_dir, exist_ok=True)
-            write_atomically(os.path.join(log_dir, ACLS_FILE), data, fs=self.fs)
+        ACLS_COPIES.write(self.log_dirs, self.generation, [b.to_json() for b in bindings], self.fs, make_dirs=True)
         self.found = True

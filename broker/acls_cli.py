@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Protocol, TextIO
 
 from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
 from kio.schema.delete_acls.v3.request import DeleteAclsFilter, DeleteAclsRequest
@@ -160,13 +160,25 @@ def _entry_text(entry: Entry) -> str:
 
 
 def _lines(entries: Iterable[Entry]) -> str:
-    return "\n".join(f"\t{_entry_text(e)}" for e in sorted(entries, key=lambda e: (e[0], e[1], e[2], e[3])))
+    return "\n".join(f"\t{_entry_text(e)}" for e in sorted(entries))
 
 
-def _check_error(code: int, message: str | None) -> None:
-    if code:
-        raise BrokerError(f"Error while executing ACL command: {error_name(code)}"
-                          + (f": {message}" if message else ""))
+class _Answer(Protocol):
+    """A response, or an entry of one, that carries an error."""
+
+    @property
+    def error_code(self) -> int: ...
+
+    @property
+    def error_message(self) -> str | None: ...
+
+
+def _check_errors(*answers: _Answer) -> None:
+    """BrokerError for the first answer that carries an error."""
+    for answer in answers:
+        if answer.error_code:
+            raise BrokerError(f"Error while executing ACL command: {error_name(answer.error_code)}"
+                              + (f": {answer.error_message}" if answer.error_message else ""))
 
 
 def _describe(client: AdminClient, wanted: AclBindingFilter) -> list[AclBinding]:
@@ -174,7 +186,7 @@ def _describe(client: AdminClient, wanted: AclBindingFilter) -> list[AclBinding]
         resource_type_filter=i8(wanted.resource_type), resource_name_filter=wanted.name,
         pattern_type_filter=i8(wanted.pattern_type), principal_filter=None, host_filter=None,
         operation=i8(AclOperation.ANY), permission_type=i8(AclPermissionType.ANY)))
-    _check_error(response.error_code, response.error_message)
+    _check_errors(response)
     return [AclBinding(ResourceType(r.resource_type), r.resource_name, PatternType(r.pattern_type), a.principal,
                        a.host, AclOperation(a.operation), AclPermissionType(a.permission_type))
             for r in response.resources for a in r.acls]
@@ -185,13 +197,11 @@ def _add(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     for (resource_type, name), entries in _resource_acls(args).items():
         out.write(f"Adding ACLs for resource `{pattern_text(resource_type, name, pattern_type)}`: \n"
                   f"{_lines(entries)} \n\n")
-        ordered = sorted(entries, key=lambda e: (e[0], e[1], e[2], e[3]))
         response: CreateAclsResponse = client.request(CreateAclsRequest(creations=tuple(AclCreation(
             resource_type=i8(resource_type), resource_name=name, resource_pattern_type=i8(pattern_type),
             principal=principal, host=host, operation=i8(operation), permission_type=i8(permission))
-            for principal, host, operation, permission in ordered)))
-        for result in response.results:
-            _check_error(result.error_code, result.error_message)
+            for principal, host, operation, permission in sorted(entries))))
+        _check_errors(*response.results)
     return 0
 
 
@@ -207,14 +217,12 @@ def _remove(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
             out.flush()
             if sys.stdin.readline().strip().lower() != "y":
                 continue
-        filters = [(None, None, AclOperation.ANY, AclPermissionType.ANY)] if not entries else sorted(
-            entries, key=lambda e: (e[0], e[1], e[2], e[3]))
+        filters = sorted(entries) if entries else [(None, None, AclOperation.ANY, AclPermissionType.ANY)]
         response: DeleteAclsResponse = client.request(DeleteAclsRequest(filters=tuple(DeleteAclsFilter(
             resource_type_filter=i8(resource_type), resource_name_filter=name, pattern_type_filter=i8(pattern_type),
             principal_filter=principal, host_filter=host, operation=i8(operation), permission_type=i8(permission))
             for principal, host, operation, permission in filters)))
-        for result in response.filter_results:
-            _check_error(result.error_code, result.error_message)
+        _check_errors(*response.filter_results)
     return 0
 
 

@@ -19,6 +19,14 @@ thread, so a large request does not stall the other connections.
 
 A reply that is dropped (its connection closed, its encoding failed) gives
 back the file ranges it holds at once, on every path.
+
+Security: the connection knows its listener and who its client is (the TLS
+certificate's principal, or ANONYMOUS). On a SASL listener its `SaslSession`
+decides which requests may be read before and after authentication (any
+other closes the connection) and bounds unauthenticated frames; once
+authenticated, the session's principal is the requests'. A handler may mute
+the connection for a quota's throttle time (`Request.throttle`). Over TLS no
+file range is sendfile'd: it is copied in 256 KiB pieces.
 """
 from __future__ import annotations
 
@@ -219,9 +227,9 @@ class Connection:
             self.last_active = loop.time()
             # Checked before reading the body, so a lying size costs no memory; before authentication
             # the bound is SASL's.
-            unauthenticated = session is not None and not session.authenticated
-            bound, setting = ((session.max_receive, "sasl.server.max.receive.size") if session is not None and
-                              unauthenticated else (limit, "socket.request.max.bytes"))
+            bound, setting = ((session.max_receive, "sasl.server.max.receive.size")
+                              if session is not None and not session.authenticated
+                              else (limit, "socket.request.max.bytes"))
             if size < (0 if session is not None and session.raw_tokens else 8) or size > bound:
                 raise ProtocolError(_bad_size(size, bound, setting, head if first else None, self.listener))
             first = False

@@ -11,26 +11,26 @@ The file: one at the root of every log dir, each a full copy (as `topic-configs`
      "entities": [{"entity": {"user": "alice", "client-id": null}, "quotas": {"producer_byte_rate": 1048576.0}}]}
 
 Each write replaces every copy atomically with the generation raised by one;
-on open the copy with the highest generation wins, so a crash between two log
-dirs leaves the older state or the newer one, never a mix. A copy that breaks
-the format is a `CorruptCheckpointError` naming the file.
+on open the copy with the highest generation wins (`logstore.generation_files`),
+so a crash between two log dirs leaves the older state or the newer one, never
+a mix. A copy that breaks the format is a `CorruptCheckpointError` naming the
+file.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from logstore.checkpoints import CorruptCheckpointError, write_atomically
+from logstore.checkpoints import CorruptCheckpointError
 from logstore.filesystem import OS, FileSystem
+from logstore.generation_files import GenerationFile
 
 __all__ = ["CLIENT_QUOTAS_FILE", "CLIENT_ID", "USER", "IP", "QUOTA_KEYS", "ENFORCED_KEYS", "Entity", "QuotaStore",
            "entity_of", "entity_text", "validate_entity", "validate_value"]
 
 CLIENT_QUOTAS_FILE = "client-quotas"
-CLIENT_QUOTAS_VERSION = 0
+CLIENT_QUOTAS_COPIES = GenerationFile(CLIENT_QUOTAS_FILE, "entities", body_is_list=True)
 USER, CLIENT_ID, IP = "user", "client-id", "ip"
 # Kafka's QuotaConfig.userAndClientQuotaConfigs: key → whether the value is a whole number (LONG) or a DOUBLE.
 QUOTA_KEYS: dict[str, bool] = {
@@ -95,11 +95,9 @@ def validate_value(key: str, value: float) -> str | None:
     return None
 
 
-def _encode(generation: int, quotas: Mapping[Entity, Mapping[str, float]]) -> bytes:
-    entities = [{"entity": dict(entity), "quotas": dict(sorted(values.items()))}
-                for entity, values in sorted(quotas.items(), key=lambda item: [(k, n or "") for k, n in item[0]])]
-    doc = {"version": CLIENT_QUOTAS_VERSION, "generation": generation, "entities": entities}
-    return json.dumps(doc, indent=1).encode("utf-8")
+def _quotas_json(quotas: Mapping[Entity, Mapping[str, float]]) -> list[dict[str, Any]]:
+    return [{"entity": dict(entity), "quotas": dict(sorted(values.items()))}
+            for entity, values in sorted(quotas.items(), key=lambda item: [(k, n or "") for k, n in item[0]])]
 
 
 def _entity_from_file(path: str, raw: Any) -> Entity:
@@ -113,24 +111,9 @@ def _entity_from_file(path: str, raw: Any) -> Entity:
 
 def read_client_quotas(path: str, fs: FileSystem = OS) -> tuple[int, dict[Entity, dict[str, float]]]:
     """(generation, quotas per entity) of one `client-quotas` file; FileNotFoundError if there is none."""
-    data = fs.read_file(path)
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise CorruptCheckpointError(path, data.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
-    if not isinstance(doc, dict) or set(doc) != {"version", "generation", "entities"}:
-        raise CorruptCheckpointError(path, 1, "expected an object of version, generation and entities")
-    if doc["version"] != CLIENT_QUOTAS_VERSION or isinstance(doc["version"], bool):
-        raise CorruptCheckpointError(path, 1, f"expected version {CLIENT_QUOTAS_VERSION}, found {doc['version']!r}")
-    generation = doc["generation"]
-    if not isinstance(generation, int) or isinstance(generation, bool) or generation < 0:
-        raise CorruptCheckpointError(path, 1, f"bad generation {generation!r}")
-    if not isinstance(doc["entities"], list):
-        raise CorruptCheckpointError(path, 1, "entities is not a list")
+    generation, entities = CLIENT_QUOTAS_COPIES.read(path, fs)
     quotas: dict[Entity, dict[str, float]] = {}
-    for item in doc["entities"]:
+    for item in entities:
         if not isinstance(item, dict) or set(item) != {"entity", "quotas"} or not isinstance(item["quotas"], dict):
             raise CorruptCheckpointError(path, 1, f"expected an object of entity and quotas, found {item!r}")
         entity = _entity_from_file(path, item["entity"])
@@ -159,21 +142,12 @@ class QuotaStore:
 
     def load(self) -> dict[Entity, dict[str, float]]:
         """The quotas of the copy with the highest generation (none if no copy exists)."""
-        generation, quotas = 0, dict[Entity, dict[str, float]]()
-        for log_dir in self.log_dirs:
-            try:
-                found = read_client_quotas(os.path.join(log_dir, CLIENT_QUOTAS_FILE), self.fs)
-            except FileNotFoundError:
-                continue
-            if found[0] > generation:
-                generation, quotas = found
-        self.generation = generation
+        found = CLIENT_QUOTAS_COPIES.read_newest(self.log_dirs, lambda path: read_client_quotas(path, self.fs))
+        self.generation, quotas = found or (0, {})
         return quotas
 
     def save(self, quotas: Mapping[Entity, Mapping[str, float]]) -> None:
         """Replace every copy with `quotas` (StorageIOError if a write fails)."""
         # Raised before writing: a generation half-written by a failed write is never reused.
         self.generation += 1
-        data = _encode(self.generation, quotas)
-        for log_dir in self.log_dirs:
-            write_atomically(os.path.join(log_dir, CLIENT_QUOTAS_FILE), data, fs=self.fs)
+        CLIENT_QUOTAS_COPIES.write(self.log_dirs, self.generation, _quotas_json(quotas), self.fs)

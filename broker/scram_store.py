@@ -9,11 +9,11 @@ Kafka keeps them as UserScramCredentialRecords in its metadata log; here, as
                                  "iterations": <n>}}}}
 
 Kafka's fields, never the password nor the salted password. Each write
-replaces every copy atomically (`write_atomically`: temporary file, fsync,
-rename, directory fsync) with the generation raised by one; on open the copy
-with the highest generation wins, so a crash between two log dirs leaves the
-older state or the newer one, never a mix. A copy that does not parse stops
-the open with a `CorruptCheckpointError` naming the file. A write that fails
+replaces every copy atomically with the generation raised by one; on open the
+copy with the highest generation wins (`logstore.generation_files`), so a
+crash between two log dirs leaves the older state or the newer one, never a
+mix. A copy that does not parse stops the open with a
+`CorruptCheckpointError` naming the file. A write that fails
 part-way is rolled back in memory and, as far as the disk lets it, on disk
 (every copy rewritten with the old credentials under a newer generation).
 
@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import logging
 import os
 import threading
@@ -46,9 +45,10 @@ from logstore.broker.scram import (
     new_credential,
     scram_mechanism,
 )
-from logstore.checkpoints import CorruptCheckpointError, write_atomically
+from logstore.checkpoints import CorruptCheckpointError
 from logstore.errors import StorageError, UnacceptableCredentialError
 from logstore.filesystem import OS, FileSystem
+from logstore.generation_files import GenerationFile
 
 __all__ = ["SCRAM_CREDENTIALS_FILE", "ScramCredentialStore", "check_credential", "decode_credentials",
            "encode_credentials", "kafka_credentials", "read_credentials"]
@@ -56,7 +56,7 @@ __all__ = ["SCRAM_CREDENTIALS_FILE", "ScramCredentialStore", "check_credential",
 log = logging.getLogger(__name__)
 
 SCRAM_CREDENTIALS_FILE = "scram-credentials"
-SCRAM_CREDENTIALS_VERSION = 0
+SCRAM_CREDENTIALS_COPIES = GenerationFile(SCRAM_CREDENTIALS_FILE, "credentials")
 Key = tuple[str, str]   # (user, mechanism name)
 
 
@@ -82,8 +82,7 @@ def check_credential(user: str, mechanism: str, iterations: int) -> None:
         raise UnacceptableCredentialError("Too many iterations")
 
 
-def encode_credentials(generation: int, credentials: Mapping[Key, ScramCredential]) -> bytes:
-    """The file's bytes for a generation of credentials."""
+def _credentials_json(credentials: Mapping[Key, ScramCredential]) -> dict[str, dict[str, Any]]:
     users: dict[str, dict[str, Any]] = {}
     for (user, mechanism), c in credentials.items():
         users.setdefault(user, {})[mechanism] = {
@@ -91,8 +90,12 @@ def encode_credentials(generation: int, credentials: Mapping[Key, ScramCredentia
             "storedKey": base64.b64encode(c.stored_key).decode("ascii"),
             "serverKey": base64.b64encode(c.server_key).decode("ascii"),
             "iterations": c.iterations}
-    doc = {"version": SCRAM_CREDENTIALS_VERSION, "generation": generation, "credentials": users}
-    return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False).encode("utf-8")
+    return users
+
+
+def encode_credentials(generation: int, credentials: Mapping[Key, ScramCredential]) -> bytes:
+    """The file's bytes for a generation of credentials."""
+    return SCRAM_CREDENTIALS_COPIES.encode(generation, _credentials_json(credentials))
 
 
 def _is_int(value: object) -> bool:
@@ -101,27 +104,14 @@ def _is_int(value: object) -> bool:
 
 def decode_credentials(path: str, data: bytes) -> tuple[int, dict[Key, ScramCredential]]:
     """(generation, credentials) of a file's bytes; CorruptCheckpointError naming `path` if they break the format."""
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise CorruptCheckpointError(path, data.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
-    if not isinstance(doc, dict) or set(doc) != {"version", "generation", "credentials"}:
-        raise CorruptCheckpointError(path, 1, "expected an object of version, generation and credentials")
-    if not _is_int(doc["version"]) or doc["version"] != SCRAM_CREDENTIALS_VERSION:
-        raise CorruptCheckpointError(path, 1, f"expected version {SCRAM_CREDENTIALS_VERSION}, found {doc['version']!r}")
-    if not _is_int(doc["generation"]) or doc["generation"] < 0:
-        raise CorruptCheckpointError(path, 1, f"bad generation {doc['generation']!r}")
-    if not isinstance(doc["credentials"], dict):
-        raise CorruptCheckpointError(path, 1, "credentials is not an object")
+    generation, users = SCRAM_CREDENTIALS_COPIES.decode(path, data)
     found: dict[Key, ScramCredential] = {}
-    for user, mechanisms in doc["credentials"].items():
+    for user, mechanisms in users.items():
         if not user or not isinstance(mechanisms, dict) or not mechanisms:
             raise CorruptCheckpointError(path, 1, f"user {user!r}: expected a non-empty object of mechanisms")
         for name, fields in mechanisms.items():
             found[(user, name)] = _credential(path, user, name, fields)
-    return doc["generation"], found
+    return generation, found
 
 
 def _credential(path: str, user: str, name: str, fields: object) -> ScramCredential:
@@ -164,15 +154,10 @@ class ScramCredentialStore:
         self._lock = threading.Lock()
         self._generation = 0
         self._credentials: dict[Key, ScramCredential] = {}
-        best = -1
-        for log_dir in self.log_dirs:
-            try:
-                generation, found = read_credentials(os.path.join(log_dir, SCRAM_CREDENTIALS_FILE), fs)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            if generation > best:
-                best, self._generation, self._credentials = generation, generation, found
-        if best < 0 and kafka:
+        found = SCRAM_CREDENTIALS_COPIES.read_newest(self.log_dirs, lambda path: read_credentials(path, fs))
+        if found is not None:
+            self._generation, self._credentials = found
+        elif kafka:
             # A directory Kafka wrote keeps its users: its metadata log's credentials become the first
             # generation of ours, once; from then on our file alone says who exists (a deletion stays one).
             self.alter(kafka)
@@ -253,10 +238,6 @@ class ScramCredentialStore:
     def _store(self, credentials: dict[Key, ScramCredential]) -> None:
         # Raised before writing: a generation half-written by a failed write is never reused.
         self._generation += 1
-        data = encode_credentials(self._generation, credentials)
-        for log_dir in self.log_dirs:
-            if not self._fs.isdir(log_dir):
-                # A log dir made before the first start (`logstore users add`): its name synced as Kafka does.
-                self._fs.makedirs(log_dir, exist_ok=True)
-                self._fs.fsync_dir(os.path.dirname(os.path.abspath(log_dir)))
-            write_atomically(os.path.join(log_dir, SCRAM_CREDENTIALS_FILE), data, fs=self._fs)
+        # make_dirs: `logstore users add` may run before the broker's first start made the log dirs.
+        SCRAM_CREDENTIALS_COPIES.write(self.log_dirs, self._generation, _credentials_json(credentials), self._fs,
+                                       make_dirs=True)

@@ -1,7 +1,10 @@
 """The broker: an asyncio server in front of a logstore node, knowing no API in particular.
 
-The acceptor (`acceptor.py`) admits connections within `max.connections`
-and `max.connections.per.ip`; each is a `Connection` (`connection.py`),
+Every listener of `listeners` is bound, each with what its security
+protocol asks (`listener_security.py`: a TLS handshake, with the client's
+certificate as its principal; a SASL session). The acceptor (`acceptor.py`)
+admits connections within `max.connections` and `max.connections.per.ip`;
+each is a `Connection` (`connection.py`),
 which reads one request at a time, as Kafka's muted connections do (the
 next frame is read once the request before it took effect), and sends the
 replies in request order. A frame larger than `socket.request.max.bytes`,
@@ -56,7 +59,7 @@ _T = TypeVar("_T")
 
 
 class Broker:
-    """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening socket.
+    """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening sockets.
 
     It is the handlers' `BrokerContext`; `authorizer` decides what each principal may do (by default
     everything, as Kafka without an authorizer).

@@ -4,9 +4,9 @@ signal, and the lines a person reads when it cannot start.
 Exit status: 0 after a clean stop, 1 when the machine refuses (a port in use,
 a log dir that cannot be used, I/O), 2 for usage or configuration. Every
 refusal is one or two lines on stderr naming the setting and where it came
-from; the traceback follows at --log-level DEBUG. The listener is probed
-before the store opens (a recovery may take long), so a port in use is said
-at once.
+from; the traceback follows at --log-level DEBUG. The listeners' TLS and
+SASL settings are checked, and their ports probed, before the store opens (a
+recovery may take long), so a missing key or a port in use is said at once.
 
 Storage errors while serving follow Kafka: an I/O error takes its log dir
 offline (its partitions answer KAFKA_STORAGE_ERROR), and once every log dir

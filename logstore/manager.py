@@ -47,7 +47,6 @@ from logstore.checkpoints import (
     read_clean_shutdown_marker,
     read_partition_metadata,
     remove_clean_shutdown_marker,
-    write_atomically,
     write_clean_shutdown_marker,
     write_partition_metadata,
 )
@@ -71,8 +70,8 @@ from logstore.log import Log
 from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
 from logstore.log_dir_failures import LogDirFailureChannel, write_failed
 from logstore.topics import (
+    TOPIC_CONFIGS_COPIES,
     TOPIC_CONFIGS_FILE,
-    encode_topic_configs,
     read_topic_configs,
     topic_level,
     validate_topic_name,
@@ -258,16 +257,9 @@ class LogManager:
                                           else uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{topic}").bytes)
 
     def _load_topic_configs(self, present: set[str]) -> None:
+        found = TOPIC_CONFIGS_COPIES.read_newest(self.log_dirs, lambda path: read_topic_configs(path, self.fs))
         stored: dict[str, dict[str, Any]]
-        generation, stored = 0, {}
-        for log_dir in self.log_dirs:
-            try:
-                found = read_topic_configs(os.path.join(log_dir, TOPIC_CONFIGS_FILE), self.fs)
-            except FileNotFoundError:
-                continue
-            if found[0] > generation:
-                generation, stored = found
-        self._config_generation = generation
+        self._config_generation, stored = found or (0, {})
         self._stored_overrides = stored
         # An entry without directories is a create or delete cut short by a crash; left
         # on disk, it would come back as the config of a later topic of that name.
@@ -311,9 +303,7 @@ class LogManager:
     def _store_topic_configs(self, topics: dict[str, dict[str, Any]]) -> None:
         # Raised before writing: a generation half-written by a failed write is never reused.
         self._config_generation += 1
-        data = encode_topic_configs(self._config_generation, topics)
-        for log_dir in self.log_dirs:
-            write_atomically(os.path.join(log_dir, TOPIC_CONFIGS_FILE), data, fs=self.fs)
+        TOPIC_CONFIGS_COPIES.write(self.log_dirs, self._config_generation, topics, self.fs)
         self._stored_overrides = topics
 
     def _open_log(self, path: str, config: LogConfig, **kwargs: Unpack[_OpenOptions]) -> Log:

@@ -29,7 +29,7 @@ from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentDe
 from logstore.filenames import is_delete_dir, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
-from logstore.index import AbortedTxn
+from logstore.index import AbortedTxn, IndexAccessError
 from logstore.loader import LoadMode, RecoveryReport, load_log
 from logstore.manager import partition_key
 from logstore.read_committed import CommittedFilter, check_isolation
@@ -45,6 +45,8 @@ __all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
 # Reads take a few MiB per pread: fewer syscalls, and the builder copies out of each chunk at once.
 SCAN_CHUNK_BYTES = 4 << 20
 DEFAULT_BATCH_ROWS = 1 << 16
+# Opens of a partition a live broker changes under the view, before its error is the caller's.
+OPEN_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -89,8 +91,16 @@ class PartitionView:
         defaults check every batch.
         """
         directory = os.path.abspath(directory)
-        loaded = load_log(directory, mode=LoadMode.READ_ONLY, clean_shutdown=clean_shutdown,
-                          recovery_point=recovery_point, log_start_offset=log_start_offset, fmt=fmt, fs=fs)
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                loaded = load_log(directory, mode=LoadMode.READ_ONLY, clean_shutdown=clean_shutdown,
+                                  recovery_point=recovery_point, log_start_offset=log_start_offset, fmt=fmt, fs=fs)
+                break
+            except IndexAccessError:
+                # A broker writing the partition cut an index file while it was mapped here (a roll trims
+                # the old active segment's preallocated index): a new look sees the files as they are now.
+                if attempt == OPEN_ATTEMPTS - 1:
+                    raise
         try:
             lso = loaded.last_stable_offset
         except BaseException:

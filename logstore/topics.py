@@ -6,15 +6,14 @@ The file: one at the root of every log dir, each a full copy:
 
 Values are stored under topic-level names (`retention.ms`, never
 `log.retention.hours`). Each write replaces every copy atomically with the
-generation raised by one; on open the copy with the highest generation wins,
-so a crash between two log dirs leaves the older state or the newer one, never
-a mix. The file is written before a topic's directories are made and after
+generation raised by one; on open the copy with the highest generation wins
+(`logstore.generation_files`), so a crash between two log dirs leaves the older
+state or the newer one, never a mix. The file is written before a topic's directories are made and after
 they are removed, so an entry without directories can only be a leftover of a
 crash; opening drops it. No file is written while no topic has an override.
 """
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -23,11 +22,12 @@ from logstore.checkpoints import CorruptCheckpointError
 from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
 from logstore.errors import InvalidConfigError, InvalidTopicError
 from logstore.filesystem import OS, FileSystem
+from logstore.generation_files import GenerationFile
 
 MAX_TOPIC_NAME = 249
 _LEGAL_TOPIC = re.compile(r"[a-zA-Z0-9._-]+")
 TOPIC_CONFIGS_FILE = "topic-configs"
-TOPIC_CONFIGS_VERSION = 0
+TOPIC_CONFIGS_COPIES = GenerationFile(TOPIC_CONFIGS_FILE, "topics")
 
 
 def validate_topic_name(name: str) -> None:
@@ -44,8 +44,7 @@ def validate_topic_name(name: str) -> None:
 
 def encode_topic_configs(generation: int, topics: Mapping[str, Mapping[str, Any]]) -> bytes:
     """The file's bytes for a generation of overrides."""
-    doc = {"version": TOPIC_CONFIGS_VERSION, "generation": generation, "topics": topics}
-    return json.dumps(doc, indent=1, sort_keys=True).encode("utf-8")
+    return TOPIC_CONFIGS_COPIES.encode(generation, topics)
 
 
 def topic_level(overrides: Mapping[str, Any], base: LogConfig) -> dict[str, Any]:
@@ -56,26 +55,12 @@ def topic_level(overrides: Mapping[str, Any], base: LogConfig) -> dict[str, Any]
 
 def read_topic_configs(path: str, fs: FileSystem = OS) -> tuple[int, dict[str, dict[str, Any]]]:
     """(generation, overrides per topic) of one `topic-configs` file; FileNotFoundError if there is none."""
-    data = fs.read_file(path)
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise CorruptCheckpointError(path, data.count(b"\n", 0, exc.start) + 1, "not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise CorruptCheckpointError(path, exc.lineno, exc.msg) from None
+    generation, topics = TOPIC_CONFIGS_COPIES.read(path, fs)
 
     def is_int(value: object) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
 
-    if not isinstance(doc, dict) or set(doc) != {"version", "generation", "topics"}:
-        raise CorruptCheckpointError(path, 1, "expected an object of version, generation and topics")
-    if not is_int(doc["version"]) or doc["version"] != TOPIC_CONFIGS_VERSION:
-        raise CorruptCheckpointError(path, 1, f"expected version {TOPIC_CONFIGS_VERSION}, found {doc['version']!r}")
-    if not is_int(doc["generation"]) or doc["generation"] < 0:
-        raise CorruptCheckpointError(path, 1, f"bad generation {doc['generation']!r}")
-    if not isinstance(doc["topics"], dict):
-        raise CorruptCheckpointError(path, 1, "topics is not an object")
-    for topic, overrides in doc["topics"].items():
+    for topic, overrides in topics.items():
         try:
             validate_topic_name(topic)
             if not isinstance(overrides, dict) or not overrides:
@@ -86,4 +71,4 @@ def read_topic_configs(path: str, fs: FileSystem = OS) -> tuple[int, dict[str, d
             LogConfig().with_overrides(overrides)
         except (InvalidTopicError, InvalidConfigError) as exc:
             raise CorruptCheckpointError(path, 1, f"topic {topic!r}: {exc}") from None
-    return doc["generation"], doc["topics"]
+    return generation, topics

@@ -2,7 +2,6 @@
 the wire with logstore's kio admin client (neither confluent-kafka nor kafka-python has the quota APIs)."""
 from __future__ import annotations
 
-import signal
 import sys
 from pathlib import Path
 
@@ -12,30 +11,18 @@ from kio.schema.describe_client_quotas.v1 import request as describe_v1
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "clients"))
 
-from broker_process import BrokerProcess, free_port  # noqa: E402
+from broker_process import BrokerProcess  # noqa: E402
 from logstore.broker.admin_client import AdminClient  # noqa: E402
 
 
 @pytest.fixture
-def start_broker(tmp_path):
-    """`start_broker(*overrides) -> BrokerProcess`; every one is stopped cleanly at teardown and must have
-    logged no traceback."""
-    started: list[BrokerProcess] = []
-
+def start_broker(start_secure):
+    """`start_broker(*overrides) -> BrokerProcess`: a broker on one PLAINTEXT listener (`start_secure`'s, so
+    every one is stopped and checked at teardown)."""
     def start(*overrides: str) -> BrokerProcess:
-        data_dir = tmp_path / f"broker{len(started)}"
-        data_dir.mkdir()
-        broker = BrokerProcess("127.0.0.1", free_port(), data_dir, tuple(overrides))
-        started.append(broker)
-        return broker.start()
-
-    yield start
-    for broker in started:
-        if broker.running:
-            broker.stop()
-        else:
-            assert broker.proc.returncode in (0, -signal.SIGKILL), broker.log_text()
-        assert "Traceback" not in broker.log_text(), broker.log_text()
+        broker, _ = start_secure({"PLAINTEXT": "PLAINTEXT"}, *overrides)
+        return broker
+    return start
 
 
 def alter(bootstrap: str, entity: dict[str, str | None], ops: dict[str, float | None], *,

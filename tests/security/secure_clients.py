@@ -80,14 +80,21 @@ def confluent_round_trip(bootstrap: str, security: Security, topic: str, count: 
     for value in _messages(count):
         producer.produce(topic, value)
     producer.commit_transaction(TIMEOUT)
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"group-{uuid.uuid4()}",
-                         "auto.offset.reset": "earliest", "isolation.level": "read_committed",
-                         **security.librdkafka()})
+    return confluent_read(bootstrap, {"isolation.level": "read_committed", **security.librdkafka()}, topic,
+                          f"group-{uuid.uuid4()}", count)
+
+
+def confluent_read(bootstrap: str, settings: dict[str, str], topic: str, group: str, count: int, *,
+                   timeout: float = TIMEOUT) -> list[bytes]:
+    """The first `count` values of `topic` from its start, read with confluent-kafka in consumer group `group`
+    (which commits them), each poll waiting at most `timeout` s."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         **settings})
     consumer.subscribe([topic])
     values: list[bytes] = []
     try:
         while len(values) < count:
-            message = consumer.poll(TIMEOUT)
+            message = consumer.poll(timeout)
             assert message is not None, f"confluent-kafka read {len(values)} of {count}"
             assert message.error() is None, message.error()
             values.append(message.value())

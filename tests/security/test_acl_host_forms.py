@@ -4,37 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from logstore.broker.acl_store import AclStore
-from logstore.broker.acls import AclBinding, java_host
-from logstore.broker.authorizer import AclOperation, AclPermissionType, KafkaPrincipal, PatternType, ResourceType
-from logstore.broker.standard_authorizer import StandardAuthorizer
+from logstore.broker.acls import java_host
+from logstore.broker.authorizer import AclOperation, AclPermissionType, KafkaPrincipal, ResourceType
+from test_acl_matching import acl, authorizer
 
 ALICE = KafkaPrincipal("User", "alice")
 T, W, R = ResourceType.TOPIC, AclOperation.WRITE, AclOperation.READ
 ALLOW, DENY = AclPermissionType.ALLOW, AclPermissionType.DENY
-
-
-class MemoryStore(AclStore):
-    """An AclStore that keeps its ACLs in memory."""
-
-    def __init__(self, bindings=()):
-        super().__init__([])
-        self.saved = list(bindings)
-
-    def load(self):
-        return list(self.saved)
-
-    def save(self, bindings):
-        self.saved = list(bindings)
-
-
-def acl(name: str, operation: AclOperation = R, permission: AclPermissionType = ALLOW, *,
-        host: str = "*") -> AclBinding:
-    return AclBinding(T, name, PatternType.LITERAL, "User:alice", host, operation, permission)
-
-
-def authorizer(*bindings: AclBinding) -> StandardAuthorizer:
-    return StandardAuthorizer(MemoryStore(bindings))
 
 
 @pytest.mark.parametrize("given, java", [

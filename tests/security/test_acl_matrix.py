@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import ssl
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,13 +45,13 @@ import pytest
 from logstore.broker.admin_client import AdminClient
 from logstore.broker.api import load_all
 from logstore.broker.authorizer import CLUSTER_NAME, STANDARD_AUTHORIZER, AclOperation, ResourceType
+from logstore.broker.client_security import ClientSecurity
 from logstore.broker.protocol import ErrorCode
 from logstore.native.record_batch import encode_batch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from acl_wire import errors, request  # noqa: E402
-from sasl_wire import Login, SecureAdminClient  # noqa: E402
 from tls_certs import Certs  # noqa: E402
 
 Op, RT = AclOperation, ResourceType
@@ -218,12 +219,15 @@ VARIANTS: list[Row] = [
 IDEMPOTENT = need(Op.IDEMPOTENT_WRITE, RT.CLUSTER)
 
 
-def _login_scram(certs: Certs) -> Login:
-    return Login("SCRAM-SHA-512", "alice", ALICE_PASSWORD)
+def _login_scram(certs: Certs) -> ClientSecurity:
+    return ClientSecurity("SASL_PLAINTEXT", mechanism="SCRAM-SHA-512", username="alice", password=ALICE_PASSWORD)
 
 
-def _login_mtls(certs: Certs) -> Login:
-    return Login(ca=certs.ca, cert=certs.client_cert("alice"), key=certs.client_key("alice"))
+def _login_mtls(certs: Certs) -> ClientSecurity:
+    """TLS checking the broker's name against the test CA, alice's client certificate presented."""
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    context.load_cert_chain(str(certs.client_cert("alice")), str(certs.client_key("alice")))
+    return ClientSecurity("SSL", tls=context)
 
 
 def _tls_settings(certs: Certs) -> tuple[str, ...]:
@@ -240,18 +244,18 @@ class Principal:
     name: str
     protocol: str
     settings: Callable[[Certs], tuple[str, ...]]
-    login: Callable[[Certs], Login]
+    login: Callable[[Certs], ClientSecurity]
 
 
 ALICE_PASSWORD = "alice-secret"
-ADMIN = Login("PLAIN", "admin", "admin-secret")
+ADMIN = ClientSecurity("SASL_PLAINTEXT", mechanism="PLAIN", username="admin", password="admin-secret")
 ADMIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";'
 PRINCIPALS = {
     "scram-sha-512": Principal("User:alice", "SASL_PLAINTEXT",
                                lambda certs: ("listener.name.client.sasl.enabled.mechanisms=SCRAM-SHA-512",),
                                _login_scram),
     "mtls": Principal("User:alice", "SSL", _tls_settings, _login_mtls),
-    "plaintext": Principal("User:ANONYMOUS", "PLAINTEXT", lambda certs: (), lambda certs: Login()),
+    "plaintext": Principal("User:ANONYMOUS", "PLAINTEXT", lambda certs: (), lambda certs: ClientSecurity()),
 }
 RESOURCE_TYPES = (RT.TOPIC, RT.GROUP, RT.TRANSACTIONAL_ID)
 # DeleteTopics and DeleteGroups last: the topics and groups they delete are used by the others.
@@ -354,13 +358,14 @@ def test_each_api_answers_kafkas_error_without_its_acl_and_passes_with_it(start_
         "listener.name.admin.sasl.enabled.mechanisms=PLAIN", f"listener.name.admin.plain.sasl.jaas.config={ADMIN_JAAS}",
         *who.settings(certs))
     admin_at, client_at = f"127.0.0.1:{ports['ADMIN']}", f"127.0.0.1:{ports['CLIENT']}"
-    with SecureAdminClient(admin_at, ADMIN) as admin:
+    with AdminClient(admin_at, security=ADMIN) as admin:
         _setup(admin, who.name, who.login(certs).mechanism is not None)
     broker.kill()     # the ACLs and credentials must be durable once their APIs answered
     broker.start()
 
     failures = []
-    with SecureAdminClient(admin_at, ADMIN) as admin, SecureAdminClient(client_at, who.login(certs)) as client:
+    with (AdminClient(admin_at, security=ADMIN) as admin,
+          AdminClient(client_at, security=who.login(certs)) as client):
         listed = admin.request(request(29, 3, resource_type_filter=1, pattern_type_filter=1, operation=1,
                                        permission_type=1))
         assert sum(len(r.acls) for r in listed.resources) == len(_acls(who.name)), "ACLs lost in the SIGKILL"

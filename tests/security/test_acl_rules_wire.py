@@ -21,7 +21,9 @@ from typing import Any
 
 import pytest
 
+from logstore.broker.admin_client import AdminClient
 from logstore.broker.authorizer import CLUSTER_NAME, STANDARD_AUTHORIZER, AclOperation, ResourceType
+from logstore.broker.client_security import ClientSecurity
 from logstore.broker.protocol import ErrorCode
 from logstore.native.record_batch import encode_batch
 
@@ -30,10 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from acl_wire import errors, request  # noqa: E402
 from broker_process import BrokerProcess, finish_brokers, free_port  # noqa: E402
-from sasl_wire import Login, SecureAdminClient  # noqa: E402
 
 Op, RT = AclOperation, ResourceType
-ADMIN = Login("PLAIN", "admin", "admin-secret")
+ADMIN = ClientSecurity("SASL_PLAINTEXT", mechanism="PLAIN", username="admin", password="admin-secret")
 ADMIN_JAAS = 'org.apache.kafka.common.security.plain.PlainLoginModule required user_admin="admin-secret";'
 ANONYMOUS = "User:ANONYMOUS"
 DENIED_TOPIC = int(ErrorCode.topic_authorization_failed)
@@ -78,22 +79,22 @@ def as_filter(creation: dict[str, Any]) -> dict[str, Any]:
             "permission_type": creation["permission_type"]}
 
 
-def create_acls(admin: SecureAdminClient, *creations: dict[str, Any]) -> None:
+def create_acls(admin: AdminClient, *creations: dict[str, Any]) -> None:
     assert set(errors(admin.request(request(30, 3, creations=list(creations))))) == {0}
 
 
-def delete_acls(admin: SecureAdminClient, *creations: dict[str, Any]) -> None:
+def delete_acls(admin: AdminClient, *creations: dict[str, Any]) -> None:
     removed = admin.request(request(31, 3, filters=[as_filter(c) for c in creations]))
     assert set(errors(removed)) == {0} and all(r.matching_acls for r in removed.filter_results)
 
 
-def create_topics(admin: SecureAdminClient, *names: str) -> None:
+def create_topics(admin: AdminClient, *names: str) -> None:
     created = admin.request(request(19, 5, timeout=30_000, topics=[
         {"name": t, "num_partitions": 1, "replication_factor": 1} for t in names]))
     assert set(errors(created)) == {0}
 
 
-def fetch(client: SecureAdminClient, topic: str, replica_id: int) -> Any:
+def fetch(client: AdminClient, topic: str, replica_id: int) -> Any:
     """The one partition's answer to a Fetch v12 of `topic` from offset 0."""
     answer = client.request(request(1, 12, replica_id=replica_id, max_wait=0, min_bytes=0, max_bytes=100_000,
                                     topics=[{"topic": topic, "partitions": [
@@ -107,7 +108,7 @@ def fetch(client: SecureAdminClient, topic: str, replica_id: int) -> Any:
 
 def test_a_follower_fetch_needs_cluster_action_not_read(secured):
     admin_at, client_at = secured()
-    with SecureAdminClient(admin_at, ADMIN) as admin, SecureAdminClient(client_at, Login()) as client:
+    with AdminClient(admin_at, security=ADMIN) as admin, AdminClient(client_at) as client:
         create_topics(admin, "replicated")
         produced = admin.request(request(0, 9, acks=1, timeout=5000, topic_data=[
             {"name": "replicated", "partition_data": [{"index": 0, "records": encode_batch([None], [b"v"])}]}]))
@@ -131,14 +132,14 @@ def test_a_follower_fetch_needs_cluster_action_not_read(secured):
                 consumer.log_start_offset) == (DENIED_TOPIC, -1, -1, -1)
 
 
-def _delete(client: SecureAdminClient, *names: str, version: int = 4) -> dict[str, int]:
+def _delete(client: AdminClient, *names: str, version: int = 4) -> dict[str, int]:
     answer = client.request(request(20, version, timeout=30_000, topic_names=list(names)))
     return {r.name: r.error_code for r in answer.responses}
 
 
 def test_delete_topics_answers_as_kafkas_controller(secured):
     admin_at, client_at = secured()
-    with SecureAdminClient(admin_at, ADMIN) as admin, SecureAdminClient(client_at, Login()) as client:
+    with AdminClient(admin_at, security=ADMIN) as admin, AdminClient(client_at) as client:
         create_topics(admin, "seen-existing", "hidden-existing", "gone-existing", "anything-existing")
         create_acls(admin, acl(RT.TOPIC, "seen-", Op.DESCRIBE, pattern=4), acl(RT.TOPIC, "gone-", Op.DELETE, pattern=4))
         assert _delete(client, "seen-missing", "seen-existing", "hidden-missing", "hidden-existing", "gone-missing",
@@ -159,7 +160,7 @@ def test_delete_topics_answers_as_kafkas_controller(secured):
 
 def test_delete_topics_disabled_refuses_before_asking_for_acls(secured):
     admin_at, client_at = secured("127.0.0.1", "delete.topic.enable=false")
-    with SecureAdminClient(admin_at, ADMIN) as admin, SecureAdminClient(client_at, Login()) as client:
+    with AdminClient(admin_at, security=ADMIN) as admin, AdminClient(client_at) as client:
         create_topics(admin, "kept")
         assert _delete(client, "kept", "hidden") == {"kept": int(ErrorCode.topic_deletion_disabled),
                                                      "hidden": int(ErrorCode.topic_deletion_disabled)}
@@ -180,7 +181,7 @@ def _has_ipv6_loopback() -> bool:
 def test_acl_hosts_match_an_ipv6_client_as_java_prints_its_address(secured):
     assert _has_ipv6_loopback(), "this machine has no IPv6 loopback: test_acl_host_forms covers the rule"
     admin_at, client_at = secured("[::1]")
-    with SecureAdminClient(admin_at, ADMIN) as admin, SecureAdminClient(client_at, Login()) as client:
+    with AdminClient(admin_at, security=ADMIN) as admin, AdminClient(client_at) as client:
         create_topics(admin, "java-form", "short-form", "v4-host", "other-v6-host")
         create_acls(admin, acl(RT.TOPIC, "java-form", Op.DESCRIBE, host="0:0:0:0:0:0:0:1"),
                     acl(RT.TOPIC, "short-form", Op.DESCRIBE, host="::1"),

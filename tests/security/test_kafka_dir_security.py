@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient as ConfluentAdmin
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 
@@ -37,6 +37,7 @@ from logstore.broker.scram_store import SCRAM_CREDENTIALS_FILE  # noqa: E402
 from logstore.broker.standard_authorizer import StandardAuthorizer  # noqa: E402
 from logstore.checkpoints import topic_id_to_string  # noqa: E402
 from logstore.cluster_metadata import MetadataAcl  # noqa: E402
+from secure_clients import confluent_read  # noqa: E402
 from test_cluster_metadata import MetadataLog, begin, end, fingerprint, meta, uid, write_snapshot  # noqa: E402
 from test_cluster_metadata_security import (  # noqa: E402
     ALL,
@@ -141,14 +142,20 @@ def scram(name: str, password: str, mechanism: str = "SCRAM-SHA-512") -> dict[st
 
 
 def authenticates(bootstrap: str, settings: dict[str, str]) -> bool:
-    """Whether the user gets a Metadata answer (False: the broker refused its SASL authentication)."""
-    admin = ConfluentAdmin({"bootstrap.servers": bootstrap, **settings})
-    try:
-        admin.list_topics(timeout=10)
-    except KafkaException as exc:
-        assert "_AUTHENTICATION" in str(exc) or "_TRANSPORT" in str(exc), exc
-        return False
-    return True
+    """Whether the user gets a Metadata answer (False: the client reports the broker refused its login)."""
+    errors: list[KafkaError] = []
+    producer = Producer({"bootstrap.servers": bootstrap, "error_cb": errors.append, **settings})
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            producer.list_topics(timeout=0.5)
+            return True
+        except KafkaException:
+            producer.poll(0)
+        if errors:
+            assert errors[0].code() in (KafkaError._AUTHENTICATION, KafkaError._TRANSPORT), errors[0]
+            return False
+    raise AssertionError(f"neither a Metadata answer nor a refusal in {TIMEOUT} s")
 
 
 def produce(bootstrap: str, settings: dict[str, str], value: bytes) -> int | None:
@@ -162,20 +169,7 @@ def produce(bootstrap: str, settings: dict[str, str], value: bytes) -> int | Non
 
 def consume(bootstrap: str, settings: dict[str, str], count: int) -> list[bytes]:
     """Read `orders` from its start in a consumer group; the first `count` values."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "kafkas-group", "auto.offset.reset": "earliest",
-                         **settings})
-    consumer.subscribe(["orders"])
-    values: list[bytes] = []
-    try:
-        while len(values) < count:
-            message = consumer.poll(TIMEOUT)
-            assert message is not None, f"read {len(values)} of {count}"
-            assert message.error() is None, message.error()
-            values.append(message.value())
-        consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
-    return values
+    return confluent_read(bootstrap, settings, "orders", "kafkas-group", count, timeout=TIMEOUT)
 
 
 def described_acls(broker: BrokerProcess) -> set[tuple]:

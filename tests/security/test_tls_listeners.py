@@ -59,9 +59,23 @@ def test_bad_tls_settings_are_refused_in_one_line(tmp_path, certs, setting, said
     assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
+@pytest.fixture(scope="module")
+def tls_broker(start_module_secure, certs):
+    """A broker with a PLAINTEXT and an SSL listener, shared by the tests that need nothing else."""
+    return start_module_secure({"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}, *tls_settings(certs))
+
+
+@pytest.fixture(scope="module")
+def mtls_broker(start_module_secure, certs):
+    """A broker whose one SSL listener requires a client certificate from the test CA."""
+    return start_module_secure({"SSL": "SSL"}, *tls_settings(certs, "ssl.client.auth=required",
+                                                             f"ssl.truststore.location={certs.ca}",
+                                                             "ssl.truststore.type=PEM"))
+
+
 @pytest.mark.parametrize("client", sorted(ROUND_TRIPS))
-def test_clients_over_tls_beside_plaintext(start_secure, certs, client):
-    broker, ports = start_secure({"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}, *tls_settings(certs))
+def test_clients_over_tls_beside_plaintext(tls_broker, certs, client):
+    broker, ports = tls_broker
     topic = f"tls-{client}"
     values = ROUND_TRIPS[client](f"127.0.0.1:{ports['SSL']}", Security("SSL", ca=certs.ca), topic)
     assert values == EXPECTED(20)
@@ -74,18 +88,14 @@ def test_clients_over_tls_beside_plaintext(start_secure, certs, client):
 
 
 @pytest.mark.parametrize("client", sorted(ROUND_TRIPS))
-def test_clients_over_mutual_tls(start_secure, certs, client):
-    broker, ports = start_secure({"SSL": "SSL"}, *tls_settings(certs, "ssl.client.auth=required",
-                                                               f"ssl.truststore.location={certs.ca}",
-                                                               "ssl.truststore.type=PEM"))
+def test_clients_over_mutual_tls(mtls_broker, certs, client):
+    broker, ports = mtls_broker
     security = Security("SSL", ca=certs.ca, cert=certs.client_cert("alice"), key=certs.client_key("alice"))
     assert ROUND_TRIPS[client](broker.bootstrap, security, f"mtls-{client}") == EXPECTED(20)
 
 
-def test_a_client_without_a_certificate_is_refused_when_one_is_required(start_secure, certs):
-    broker, _ = start_secure({"SSL": "SSL"}, *tls_settings(certs, "ssl.client.auth=required",
-                                                          f"ssl.truststore.location={certs.ca}",
-                                                          "ssl.truststore.type=PEM"))
+def test_a_client_without_a_certificate_is_refused_when_one_is_required(mtls_broker, certs):
+    broker, _ = mtls_broker
     context = ssl.create_default_context(cafile=str(certs.ca))
     with socket.create_connection((broker.host, broker.port), timeout=30) as raw:
         with pytest.raises((ssl.SSLError, ConnectionError)):
@@ -99,8 +109,8 @@ def test_a_client_without_a_certificate_is_refused_when_one_is_required(start_se
     assert "TLS handshake failed on SSL" in broker.log_text()
 
 
-def test_wrong_protocol_clients_are_closed_and_others_served(start_secure, certs):
-    broker, ports = start_secure({"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}, *tls_settings(certs))
+def test_wrong_protocol_clients_are_closed_and_others_served(tls_broker, certs):
+    broker, ports = tls_broker
     # A plaintext request on the TLS port: no answer, the connection closes.
     with socket.create_connection(("127.0.0.1", ports["SSL"]), timeout=30) as sock:
         sock.sendall(API_VERSIONS_V0)
@@ -143,9 +153,9 @@ def test_an_encrypted_key_with_its_password(start_secure, certs):
     assert ROUND_TRIPS["confluent-kafka"](broker.bootstrap, security, "encrypted") == EXPECTED(20)
 
 
-def test_a_fetch_larger_than_a_copy_chunk_arrives_whole_over_tls(start_secure, certs):
+def test_a_fetch_larger_than_a_copy_chunk_arrives_whole_over_tls(tls_broker, certs):
     """Over TLS a file range goes out in 256 KiB pieces (no sendfile): 12 MiB of records read back intact."""
-    broker, ports = start_secure({"PLAINTEXT": "PLAINTEXT", "SSL": "SSL"}, *tls_settings(certs))
+    broker, ports = tls_broker
     values = [bytes([i]) * 100_000 + i.to_bytes(4, "big") for i in range(120)]
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "batch.size": 4 << 20})
     for value in values:
