@@ -24,7 +24,7 @@ from typing import Any
 from logstore.config import _refused
 from logstore.errors import InvalidConfigError
 
-__all__ = ["Acceptor", "ConnectionQuotas", "ConnectionSettingError", "parse_ip_overrides",
+__all__ = ["Acceptor", "ConnectionQuotas", "ConnectionSettingError", "Serve", "parse_ip_overrides",
            "check_connection_settings"]
 
 log = logging.getLogger(__name__)

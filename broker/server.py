@@ -26,11 +26,11 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Collection, Coroutine, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from logstore.broker.acceptor import Acceptor, ConnectionQuotas, parse_ip_overrides
+from logstore.broker.acceptor import Acceptor, ConnectionQuotas, Serve, parse_ip_overrides
 from logstore.broker.api import load_all
 from logstore.broker.authorizer import AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
@@ -142,7 +142,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         securities = [listener_security(self.config, listener, self.scram)
                       for listener in self.config.listeners]
-        listening: list[tuple[socket.socket, Any]] = []
+        listening: list[tuple[socket.socket, Serve]] = []
         try:
             for security in securities:
                 listener = security.listener
@@ -177,8 +177,8 @@ class Broker:
                     log.info("closing a connection idle for %.0f ms (connections.max.idle.ms)", (now - since) * 1000)
                     connection.cancel(IDLE)
 
-    def _server_of(self, security: ListenerSecurity) -> Callable[[socket.socket, tuple[str, int]],
-                                                                    Coroutine[Any, Any, None]]:
+    def _server_of(self, security: ListenerSecurity) -> Serve:
+        """What serves a connection accepted on `security`'s listener."""
         async def serve(sock: socket.socket, peer: tuple[str, int]) -> None:
             await self._serve(sock, peer, security)
         return serve

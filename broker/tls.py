@@ -107,9 +107,14 @@ def _load_key(context: ssl.SSLContext, listener: str, get: Callable[[str], str],
     with tempfile.TemporaryDirectory(prefix="logstore-tls-") as private:
         os.chmod(private, 0o700)
         key_path, chain_path = os.path.join(private, "key.pem"), os.path.join(private, "chain.pem")
-        for path, text in ((key_path, inline_key), (chain_path, chain)):
+        for path, text, setting in ((key_path, inline_key, "ssl.keystore.key"),
+                                    (chain_path, chain, "ssl.keystore.certificate.chain")):
+            try:
+                pem = _pem_text(text)
+            except ValueError:
+                raise TlsConfigError(name(setting), "no PEM block (-----BEGIN ...-----) in it") from None
             with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as file:
-                file.write(_pem_text(text))
+                file.write(pem)
         _load_chain(context, chain_path, key_path, password, name("ssl.keystore.key"))
 
 

@@ -50,9 +50,10 @@ def test_a_tls_listener_without_key_material_refuses_to_start(tmp_path, keys):
     ("ssl.key.password=wrong", "the key cannot be decrypted"),
     ("ssl.principal.mapping.rules=RULE:broken", "invalid rule"),
     ("ssl.cipher.suites=TLS_NOT_A_SUITE", "unknown cipher suite"),
+    ("ssl.keystore.key=not a key", "ssl.keystore.location or ssl.keystore.key"),
 ])
 def test_bad_tls_settings_are_refused_in_one_line(tmp_path, certs, setting, said):
-    keystore = certs.broker_keystore if "password" not in setting else certs.broker_encrypted_key
+    keystore = certs.broker_keystore if "password" not in setting else certs.broker_encrypted_keystore
     done = run_broker(tmp_path, f"listeners=SSL://127.0.0.1:{free_port()}", "ssl.keystore.type=PEM",
                       f"ssl.keystore.location={keystore}", setting)
     assert done.returncode == 2, done.stderr
@@ -174,3 +175,10 @@ def test_a_fetch_larger_than_a_copy_chunk_arrives_whole_over_tls(tls_broker, cer
     finally:
         consumer.close()
     assert read == values
+
+
+def test_inline_key_material_that_is_not_pem_is_refused_in_one_line(tmp_path):
+    done = run_broker(tmp_path, f"listeners=SSL://127.0.0.1:{free_port()}", "ssl.keystore.type=PEM",
+                      "ssl.keystore.key=not a key", "ssl.keystore.certificate.chain=not a chain")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert "ssl.keystore.key: no PEM block" in done.stderr and len(done.stderr.strip().splitlines()) == 1

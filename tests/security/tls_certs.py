@@ -33,6 +33,11 @@ class Certs:
         return self.directory / "broker-encrypted.key"
 
     @property
+    def broker_encrypted_keystore(self) -> Path:
+        """The encrypted key and the certificate chain in one PEM file."""
+        return self.directory / "broker-encrypted-keystore.pem"
+
+    @property
     def broker_chain(self) -> Path:
         return self.directory / "broker-chain.pem"
 
@@ -77,4 +82,5 @@ def make_certs(directory: Path, clients: dict[str, str]) -> Certs:
     certs.broker_keystore.write_text(certs.broker_key.read_text() + chain)
     _openssl("pkcs8", "-topk8", "-in", "broker.key", "-v2", "aes-256-cbc", "-passout", f"pass:{KEY_PASSWORD}",
              "-out", certs.broker_encrypted_key.name, cwd=directory)
+    certs.broker_encrypted_keystore.write_text(certs.broker_encrypted_key.read_text() + chain)
     return certs
