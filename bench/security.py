@@ -46,6 +46,7 @@ from c_client import (
     Results,
     RunningBroker,
     Variant,
+    add_case_arguments,
     report,
     run,
 )
@@ -213,15 +214,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", default="tls,acls", help="tls and/or acls (default both)")
-    parser.add_argument("--modes", default="produce,consume", help="produce, consume or both (default both)")
-    parser.add_argument("--size", type=int, default=100, help="record value size in bytes (default 100)")
-    parser.add_argument("--codecs", default="none,lz4", help="compression codecs, comma-separated")
-    parser.add_argument("--acks", default="1", help="producer acks values, comma-separated (1, -1)")
-    parser.add_argument("--count", type=int, default=1_000_000, help="records per run (default 1,000,000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds per case (default 3)")
-    parser.add_argument("--jemalloc", action=argparse.BooleanOptionalAction, default=True,
-                        help="preload jemalloc into the client (default: yes)")
-    parser.add_argument("--data-root", metavar="DIR", help="where the data dirs go (default the temp dir)")
+    add_case_arguments(parser)
     args = parser.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     pairs = [p for p in args.pairs.split(",") if p]
