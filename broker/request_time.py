@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.static.primitive import i32Timedelta
 
+from logstore.broker.protocol import ZERO_MS
+
 if TYPE_CHECKING:
     from logstore.broker.api import Request
     from logstore.broker.quotas import ClientQuotas
@@ -101,7 +103,7 @@ def request_throttle(quotas: ClientQuotas, request: Request) -> int:
 
 def throttle_field(ms: int) -> i32Timedelta:
     """A response's throttle_time_ms field of `ms`."""
-    return i32Timedelta.parse(timedelta(milliseconds=ms))
+    return ZERO_MS if ms == 0 else i32Timedelta.parse(timedelta(milliseconds=ms))
 
 
 def with_throttle_time(response: Any, ms: int) -> Any:
