@@ -34,11 +34,12 @@ from typing import TextIO
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.scram import MAX_ITERATIONS, MIN_ITERATIONS, SCRAM_MECHANISMS
-from logstore.broker.scram_store import ScramCredentialStore
+from logstore.broker.scram_store import ScramCredentialStore, kafka_credentials
 from logstore.broker.transactions_cli import UsageError, print_table
 from logstore.checkpoints import fsync_dir
 from logstore.dir_lock import DirLock
 from logstore.errors import InvalidConfigError, LogStoreError
+from logstore.kafka_metadata import read_kafka_metadata
 
 __all__ = ["run", "DEFAULT_ITERATIONS", "UsageError"]
 
@@ -109,7 +110,11 @@ def _locked(dirs: list[str], change: Callable[[ScramCredentialStore], None]) -> 
                 os.makedirs(log_dir, exist_ok=True)
                 fsync_dir(os.path.dirname(os.path.abspath(log_dir)))
             locks.append(DirLock(log_dir))
-        change(ScramCredentialStore(dirs))
+        # A directory Kafka wrote keeps its users: our file starts from the credentials of its metadata log,
+        # as the broker's first start would take them (it takes them only while no file of ours exists).
+        metadata = read_kafka_metadata(dirs, {})
+        change(ScramCredentialStore(dirs, kafka=kafka_credentials(metadata.cluster.scram_credentials)
+                                    if metadata is not None else None))
     finally:
         for lock in locks:
             lock.release()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -298,3 +299,16 @@ def test_an_acl_kafka_could_not_have_written_is_left_out_and_logged(tmp_path, ca
     with caplog.at_level(logging.WARNING):
         assert authorizer.take_kafka_acls(odd) == 2
     assert "AAAAAAAAAAAAAAAAAAAACQ" in caplog.text and "AAAAAAAAAAAAAAAAAAAACg" in caplog.text
+
+
+def test_users_added_offline_to_a_kafka_dir_join_kafkas(kafka_broker, tmp_path):
+    """`logstore users add` before the first start keeps the users Kafka's metadata log holds."""
+    data_dir = tmp_path / "kafka-logs"   # made by the fixture, not yet started
+    added = subprocess.run([sys.executable, "-m", "logstore", "users", "add", "--log-dirs", str(data_dir),
+                            "--mechanism", "SCRAM-SHA-512", "--user", "zed", "--password", "zed-secret"],
+                           capture_output=True, text=True, timeout=60)
+    assert added.returncode == 0, added.stderr
+    broker, sasl = kafka_broker()
+    assert authenticates(sasl, scram("zed", "zed-secret"))
+    assert authenticates(sasl, scram("alice", "alice-secret"))      # Kafka's user, from its metadata log
+    assert not authenticates(sasl, scram("carol", "carol-secret"))  # removed in Kafka's log
