@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -75,64 +77,60 @@ def _assert_cleaned(store: LogManager, records: list) -> None:
     assert _leftovers(store.log(TOPIC, 0).directory) == []
 
 
-def test_a_round_out_of_space_leaves_the_log_as_it_was_and_the_next_one_cleans(tmp_path):
-    fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
+@contextmanager
+def _compacted(path: Path, fs: FileSystem = OS, *, offline: bool = False) -> Iterator[LogManager]:
+    """A store whose compacted topic is filled; closed at the end (`offline`: the closing must fail, as it does
+    once an I/O error took the dir offline)."""
+    store = _open(path, fs)
     try:
         store.create_topic(TOPIC, 1, COMPACTED)
         _fill(store)
-        records, files = _records(store), _files(store)
-        fs.set_free_space(0)
-        # Put off: the backoff applies, as after a round with nothing to do.
-        assert store.cleaner.clean_filthiest() is False
-        _assert_put_off(store, tmp_path, records, files)
-        fs.set_free_space(None)
-        assert store.cleaner.clean_filthiest() is True
-        _assert_cleaned(store, records)
+        yield store
     finally:
-        store.close()
+        if offline:
+            with pytest.raises(StorageError):
+                store.close()
+        else:
+            store.close()
+
+
+def _put_off_then_cleaned(store: LogManager, log_dir: Path, fault: Callable[[], object],
+                          heal: Callable[[], object]) -> None:
+    """After `fault()` a round is put off and changes nothing; after `heal()` the next one cleans."""
+    records, files = _records(store), _files(store)
+    fault()
+    assert store.cleaner.clean_filthiest() is False
+    _assert_put_off(store, log_dir, records, files)
+    heal()
+    assert store.cleaner.clean_filthiest() is True
+    _assert_cleaned(store, records)
+
+
+def test_a_round_out_of_space_leaves_the_log_as_it_was_and_the_next_one_cleans(tmp_path):
+    fs = FaultFileSystem(real_syncs=False)
+    with _compacted(tmp_path, fs) as store:
+        # Put off: the backoff applies, as after a round with nothing to do.
+        _put_off_then_cleaned(store, tmp_path, lambda: fs.set_free_space(0), lambda: fs.set_free_space(None))
 
 
 def test_an_enospc_at_the_fsync_of_the_cleaned_segment_puts_the_round_off(tmp_path):
     fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
-    try:
-        store.create_topic(TOPIC, 1, COMPACTED)
-        _fill(store)
-        records, files = _records(store), _files(store)
-        fs.fail_at(1, "fsync", "*.log.cleaned", error=errno.ENOSPC)
-        assert store.cleaner.clean_filthiest() is False
-        _assert_put_off(store, tmp_path, records, files)
-        assert store.cleaner.clean_filthiest() is True
-        _assert_cleaned(store, records)
-    finally:
-        store.close()
+    with _compacted(tmp_path, fs) as store:
+        _put_off_then_cleaned(store, tmp_path, lambda: fs.fail_at(1, "fsync", "*.log.cleaned", error=errno.ENOSPC),
+                              lambda: None)
 
 
 def test_a_full_tmpfs_puts_the_round_off_until_space_returns(tmp_path):
-    with mounted_tmpfs(tmp_path / "disk", "4m") as disk:
-        store = _open(disk / "data")
-        try:
-            store.create_topic(TOPIC, 1, COMPACTED)
-            _fill(store)
-            records, files = _records(store), _files(store)
-            filler = fill(disk)
-            assert store.cleaner.clean_filthiest() is False
-            _assert_put_off(store, disk / "data", records, files)
-            filler.unlink()
-            assert store.cleaner.clean_filthiest() is True
-            _assert_cleaned(store, records)
-        finally:
-            store.close()
+    with mounted_tmpfs(tmp_path / "disk", "4m") as disk, _compacted(disk / "data") as store:
+        fillers: list[Path] = []
+        _put_off_then_cleaned(store, disk / "data", lambda: fillers.append(fill(disk)),
+                              lambda: fillers.pop().unlink())
 
 
 def test_an_io_error_writing_the_cleaned_segment_takes_the_dir_offline_not_the_partition(tmp_path):
     # Kafka's CleanerThread: an IOException takes the log dir offline; the partition is not marked uncleanable.
     fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
-    try:
-        store.create_topic(TOPIC, 1, COMPACTED)
-        _fill(store)
+    with _compacted(tmp_path, fs, offline=True) as store:
         target = store.log(TOPIC, 0)
         fs.fail_write("*.log.cleaned", error=errno.EIO, written=10)
         store.cleaner.clean_filthiest()
@@ -141,18 +139,12 @@ def test_an_io_error_writing_the_cleaned_segment_takes_the_dir_offline_not_the_p
         assert _leftovers(target.directory) == [], "the round's output was removed"
         # Nothing more is tried on an offline dir.
         assert store.cleaner.candidates() == []
-    finally:
-        with pytest.raises(StorageError):
-            store.close()
 
 
 @pytest.mark.parametrize("error", [errno.EIO, errno.ENOSPC])
 def test_a_swap_that_fails_part_way_is_left_for_recovery_and_loses_nothing(tmp_path, error):
     fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
-    try:
-        store.create_topic(TOPIC, 1, COMPACTED)
-        _fill(store)
+    with _compacted(tmp_path, fs, offline=True) as store:
         records, target = _records(store), store.log(TOPIC, 0)
         # The old segments are `.deleted` by now: the `.swap` holds the only copy of what the group keeps.
         fs.fail_at(1, "rename", "*.log.swap -> *", error=error)
@@ -160,9 +152,6 @@ def test_a_swap_that_fails_part_way_is_left_for_recovery_and_loses_nothing(tmp_p
         assert not target.dir_state.online
         assert store.cleaner.uncleanable_partitions() == {}
         assert any(name.endswith(".swap") for name in os.listdir(target.directory))
-    finally:
-        with pytest.raises(StorageError):
-            store.close()
     store = _open(tmp_path)
     try:
         assert _latest(_records(store)) == _latest(records)
@@ -173,10 +162,7 @@ def test_a_swap_that_fails_part_way_is_left_for_recovery_and_loses_nothing(tmp_p
 
 def test_a_cleaner_checkpoint_a_full_disk_refuses_is_kept_in_memory(tmp_path):
     fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
-    try:
-        store.create_topic(TOPIC, 1, COMPACTED)
-        _fill(store)
+    with _compacted(tmp_path, fs) as store:
         records = _records(store)
         fs.fail_write(f"*/{CLEANER_CHECKPOINT}.tmp", error=errno.ENOSPC, written=3)
         assert store.cleaner.clean_filthiest() is True
@@ -187,20 +173,12 @@ def test_a_cleaner_checkpoint_a_full_disk_refuses_is_kept_in_memory(tmp_path):
         _fill(store, 100)
         assert store.cleaner.clean_filthiest() is True
         assert read_cleaner_checkpoints(str(tmp_path)) == {(TOPIC, 0): store.cleaner.checkpoints[(TOPIC, 0)]}
-    finally:
-        store.close()
 
 
 def test_an_io_error_writing_the_cleaner_checkpoint_takes_the_dir_offline(tmp_path):
     fs = FaultFileSystem(real_syncs=False)
-    store = _open(tmp_path, fs)
-    try:
-        store.create_topic(TOPIC, 1, COMPACTED)
-        _fill(store)
+    with _compacted(tmp_path, fs, offline=True) as store:
         target = store.log(TOPIC, 0)
         fs.fail_write(f"*/{CLEANER_CHECKPOINT}.tmp", error=errno.EIO)
         store.cleaner.clean_filthiest()
         assert not target.dir_state.online and store.cleaner.uncleanable_partitions() == {}
-    finally:
-        with pytest.raises(StorageError):
-            store.close()
