@@ -35,7 +35,7 @@ kcat:
 	}
 
 run: build
-	$(BIN)/logstore broker
+	$(BIN)/logstore broker --override metrics.port=9404
 
 # mypy reads the package as it installs (logstore.native from native/, ...): the editable
 # install's import hook is invisible to it, so a link tree in build/typecheck stands in.

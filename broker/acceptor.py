@@ -9,6 +9,10 @@ descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM) the connection stays
 in the backlog: the acceptor retries with a growing pause and logs one line
 when such an episode starts and one when it ends, however many attempts
 failed in between.
+
+The three limits are dynamic broker configs, as in Kafka: a `ConnectionQuotas`
+made with `of_config` takes each change to them for the connections accepted
+after it (those already served stay, as Kafka leaves them).
 """
 from __future__ import annotations
 
@@ -18,11 +22,14 @@ import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from logstore.config import _refused
 from logstore.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from logstore.broker.config import BrokerConfig
 
 __all__ = ["Acceptor", "ConnectionQuotas", "ConnectionSettingError", "Serve", "parse_ip_overrides",
            "check_connection_settings"]
@@ -60,7 +67,7 @@ def parse_ip_overrides(text: str) -> dict[str, int]:
     return overrides
 
 
-def check_connection_settings(settings: dict[str, object]) -> None:
+def check_connection_settings(settings: Mapping[str, object]) -> None:
     """Kafka's checks of the connection limits together."""
     overrides = parse_ip_overrides(str(settings[OVERRIDES]))
     if settings["max.connections.per.ip"] == 0 and not overrides:
@@ -72,16 +79,52 @@ def check_connection_settings(settings: dict[str, object]) -> None:
 class ConnectionQuotas:
     """Connections served now, per address and in all, against Kafka's limits.
 
-    Used from the event loop only. `admit` counts a connection of an address under its limit; every
-    admitted connection is given back with `release`.
+    Used from the event loop, made there: `admit` counts a connection of an address under its limit, every
+    admitted connection is given back with `release`; `slot` waits for a place under `max.connections`.
+    `reconfigure` may be called from any thread: the new limits are taken on the loop.
     """
 
     def __init__(self, max_connections: int, per_ip: int, overrides: dict[str, int]):
+        self.max_connections = max_connections
         self.per_ip = per_ip
         self.overrides = _resolved(overrides)
         self.counts: dict[str, int] = {}
-        self._slots = asyncio.Semaphore(max_connections)
+        self.served = 0                      # places taken with `slot`
+        self._waiting: list[asyncio.Future[None]] = []
         self._rejected: set[str] = set()
+        self._loop = asyncio.get_running_loop()
+
+    @classmethod
+    def of_config(cls, config: BrokerConfig) -> ConnectionQuotas:
+        """The limits of `config`, following its dynamic changes (made on the event loop)."""
+        quotas = cls(config["max.connections"], config["max.connections.per.ip"],
+                     parse_ip_overrides(config["max.connections.per.ip.overrides"]))
+        config.reconfigurables.append(quotas.reconfigured)
+        return quotas
+
+    def reconfigured(self, config: BrokerConfig) -> None:
+        """Take `config`'s limits for the connections accepted from now on (from any thread)."""
+        # Host names are resolved here, in the caller's thread, not on the loop.
+        limits = (config["max.connections"], config["max.connections.per.ip"],
+                  _resolved(parse_ip_overrides(config["max.connections.per.ip.overrides"])))
+        if self._loop.is_closed():
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            self._take(*limits)
+        else:
+            self._loop.call_soon_threadsafe(self._take, *limits)
+
+    def _take(self, max_connections: int, per_ip: int, overrides: dict[str, int]) -> None:
+        if (max_connections, per_ip, overrides) != (self.max_connections, self.per_ip, self.overrides):
+            log.info("connection limits now max.connections=%d, max.connections.per.ip=%d, overrides %s",
+                     max_connections, per_ip, overrides or "none")
+        self.max_connections, self.per_ip, self.overrides = max_connections, per_ip, overrides
+        self._rejected.clear()
+        self._wake()
 
     def limit(self, address: str) -> int:
         """How many connections `address` may hold."""
@@ -112,11 +155,27 @@ class ConnectionQuotas:
 
     async def slot(self) -> None:
         """Wait until fewer than `max.connections` are served, and take a place."""
-        await self._slots.acquire()
+        while self.served >= self.max_connections:
+            room: asyncio.Future[None] = self._loop.create_future()
+            self._waiting.append(room)
+            try:
+                await room
+            finally:
+                if room in self._waiting:
+                    self._waiting.remove(room)
+        self.served += 1
 
     def free_slot(self) -> None:
         """Give back a place taken with `slot`."""
-        self._slots.release()
+        self.served -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        """Let every waiting `slot` look again (each takes a place only if there is one)."""
+        waiting, self._waiting = self._waiting, []
+        for room in waiting:
+            if not room.done():
+                room.set_result(None)
 
 
 def _resolved(overrides: dict[str, int]) -> dict[str, int]:

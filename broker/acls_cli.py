@@ -1,6 +1,6 @@
 """`logstore acls`: add, remove and list ACLs on a running broker, with kafka-acls.sh's flags and output.
 
-The arguments are registered in `logstore/cli.py`.
+The arguments are registered in `broker/admin_commands.py`.
 
     logstore acls --bootstrap-server HOST:PORT --add --allow-principal User:alice --operation Read \\
         --topic t --resource-pattern-type prefixed

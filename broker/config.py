@@ -12,10 +12,18 @@ value came from (a file line, a variable, `--override`).
 
 Which entry of `listeners` is served, and what is advertised, is
 `listeners.py`.
+
+The configs Kafka lets an admin change at run time are kept in the log dirs'
+`broker-configs` (`dynamic_config.py`) and read here too: the settings and
+log defaults a `BrokerConfig` gives are the static ones overridden by the
+cluster-wide dynamic default, then by this node's dynamic configs; a change
+(`reconfigure.py`) swaps them whole and tells the `reconfigurables`.
 """
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -29,6 +37,15 @@ from logstore.broker.config_sources import (
     read_environment,
     read_overrides,
     read_properties_file,
+)
+from logstore.broker.dynamic_config import (
+    CLUSTER_DEFAULT,
+    DYNAMIC_CONFIGS,
+    LOG_CONFIGS,
+    NO_EFFECT,
+    DynamicConfigs,
+    parse_no_effect,
+    read_dynamic_configs,
 )
 from logstore.broker.listeners import (
     DEFAULT_PROTOCOL_MAP,
@@ -49,11 +66,13 @@ from logstore.config import (
     _as_int,
     _refused,
 )
-from logstore.errors import InvalidConfigError
+from logstore.errors import InvalidConfigError, StorageError
 from logstore.log_cleaner import CLEANER_DEFAULTS
 from logstore.manager import SCHEDULE_DEFAULTS
 
 __all__ = ["ALIASES", "BROKER_SETTINGS", "BrokerConfig", "Listener"]
+
+log = logging.getLogger(__name__)
 
 # name → (default, parser)
 BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
@@ -111,6 +130,11 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     # Single-node brokers accept a replication factor up to this and store 1
     # (librdkafka's test suite creates topics with 3).
     "logstore.max.replication.factor": (3, int),
+    # The most partitions one DescribeTopicPartitions answer holds.
+    "max.request.partition.size.limit": (2_000, int),
+    # The Prometheus endpoint (/metrics, /health, /ready, broker/metrics.py): off while the port is 0.
+    "metrics.port": (0, int),
+    "metrics.host": ("127.0.0.1", str),
     **{name: (default, int) for name, default in SCHEDULE_DEFAULTS.items()},
     **{name: (default, type(default)) for name, default in CLEANER_DEFAULTS.items()},
     **SECURITY_SETTINGS,
@@ -130,7 +154,7 @@ AT_LEAST = {
     "offsets.topic.segment.bytes": 1, "offsets.retention.minutes": 1, "offsets.retention.check.interval.ms": 1,
     "group.max.size": 1, "group.consumer.max.size": 1, "log.retention.check.interval.ms": 1,
     "num.recovery.threads.per.data.dir": 1, "log.cleaner.threads": 0, "logstore.max.replication.factor": 1,
-    "queued.max.requests": 1, "max.connections": 0, "max.connections.per.ip": 0,
+    "queued.max.requests": 1, "max.request.partition.size.limit": 1, "max.connections": 0, "max.connections.per.ip": 0,
     "connections.max.reauth.ms": 0, "connection.failed.authentication.delay.ms": 0,
     "sasl.server.max.receive.size": 1, "quota.window.num": 1, "quota.window.size.seconds": 1,
 }
@@ -159,8 +183,10 @@ def _parse(name: str, kind: type, value: Any) -> Any:
 class BrokerConfig:
     """Every broker setting, Kafka-named, the log settings for the store, and where each came from.
 
-    Built once, checked whole (`from_entries`), then only read: the broker, the node and the
-    handlers share one without locks. Durations are in the unit their name says (ms, minutes).
+    Built once, checked whole (`from_entries`), then read by the broker, the node and the handlers
+    without locks: a dynamic change (`reconfigure.py`, under `alter_lock`) swaps `settings`,
+    `log_properties` and `dynamic` whole, so a reader sees the old dict or the new one. Durations
+    are in the unit their name says (ms, minutes).
     """
 
     settings: dict[str, Any] = field(default_factory=dict)
@@ -177,6 +203,16 @@ class BrokerConfig:
     """The listeners the broker binds, each with its security protocol."""
     unopened: tuple[Listener, ...] = ()
     """Entries of `listeners` not opened: the controller listeners."""
+    static_settings: dict[str, Any] = field(default_factory=dict)
+    """`settings` as the broker started, before the dynamic configs."""
+    static_log_properties: dict[str, Any] = field(default_factory=dict)
+    """`log_properties` as the broker started, before the dynamic configs."""
+    dynamic: DynamicConfigs = field(default_factory=DynamicConfigs)
+    """The dynamic configs in effect (`broker-configs`)."""
+    reconfigurables: list[Callable[[BrokerConfig], None]] = field(default_factory=list, repr=False, compare=False)
+    """Called with this config after each dynamic change (the acceptor's connection limits register here)."""
+    alter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Held by a dynamic change from its checks to its last reconfigurable (changes run one at a time)."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -220,6 +256,7 @@ class BrokerConfig:
         given = frozenset(name for name in merged if name in settings)
         config = cls(settings, log_properties, given, {name: merged[name].origin for name in merged},
                      tuple(ignored), tuple(unknown_environment))
+        config.static_settings, config.static_log_properties = dict(settings), dict(log_properties)
         config.log_config  # noqa: B018 (the property checks the values now, not at the first topic) (across values too), not at the first topic
         if not config.log_dirs:
             raise InvalidConfigError(config._where("log.dirs", f"Invalid value '{config['log.dirs']}' for "
@@ -236,10 +273,52 @@ class BrokerConfig:
                 config.advertised_for(listener.name)  # checks the advertised entry now
         except ListenerConfigError as exc:
             raise InvalidConfigError(config._where(exc.setting, str(exc))) from None
+        try:
+            dynamic = read_dynamic_configs(config.log_dirs)
+        except (StorageError, OSError) as exc:
+            # Read before anything else of the log dirs: the store must open with the defaults in effect.
+            raise InvalidConfigError(f"the dynamic broker configs cannot be read: {exc}") from None
+        config.apply_dynamic(dynamic)
         return config
 
     def __getitem__(self, name: str) -> Any:
         return self.settings[name]
+
+    # -- dynamic configs -----------------------------------------------------------------------------
+
+    def overlaid(self, dynamic: DynamicConfigs, *, strict: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(settings, log properties) of the static ones overridden by `dynamic`'s cluster default, then by
+        this node's configs. A config this broker cannot take raises InvalidConfigError when `strict`, else
+        is left out with a warning (Kafka ignores an invalid stored dynamic config)."""
+        settings, log_properties = dict(self.static_settings), dict(self.static_log_properties)
+        for resource in (CLUSTER_DEFAULT, str(self.static_settings["node.id"])):
+            for name, value in dynamic.of(resource).items():
+                try:
+                    _take_dynamic(name, value, settings, log_properties)
+                except InvalidConfigError as exc:
+                    if strict:
+                        raise
+                    log.warning("ignoring the dynamic config %s=%s of %s: %s", name, value,
+                                f"broker {resource}" if resource else "the cluster default", exc)
+        return settings, log_properties
+
+    def apply_dynamic(self, dynamic: DynamicConfigs) -> None:
+        """Run with `dynamic` as the dynamic configs: `settings` and `log_properties` are swapped for
+        `overlaid(dynamic)` (the reconfigurables are the caller's to tell). A stored config this broker
+        cannot take is forgotten, as Kafka's fromPersistentProps drops it: the next change of its resource
+        neither keeps it nor is refused for it."""
+        self.settings, self.log_properties = self.overlaid(dynamic)
+        kept = {resource: {name: value for name, value in configs.items() if _takes_dynamic(name, value)}
+                for resource, configs in dynamic.resources.items()}
+        self.dynamic = DynamicConfigs(dynamic.generation, {resource: held for resource, held in kept.items() if held})
+
+    def static_values(self) -> dict[str, Any]:
+        """What the broker was started with, by Kafka name (DescribeConfigs' STATIC_BROKER_CONFIG): the settings
+        given, the log settings, and Kafka's settings taken with no use here."""
+        values = {name: self.static_settings[name] for name in self.given}
+        values.update(self.static_log_properties)
+        values.update((entry.name, entry.value) for entry in self.ignored)
+        return values
 
     @property
     def log_config(self) -> LogConfig:
@@ -306,6 +385,31 @@ class BrokerConfig:
 
 
 _T = TypeVar("_T")
+
+
+def _takes_dynamic(name: str, value: str) -> bool:
+    """Whether this broker can take `name=value` as a dynamic config."""
+    try:
+        _take_dynamic(name, value, {}, {})
+    except InvalidConfigError:
+        return False
+    return True
+
+
+def _take_dynamic(name: str, value: str, settings: dict[str, Any], log_properties: dict[str, Any]) -> None:
+    """Put a dynamic config's value where it applies, checked as a static one is (InvalidConfigError if not)."""
+    if name not in DYNAMIC_CONFIGS:
+        raise InvalidConfigError(f"{name} cannot be updated dynamically")
+    if name in BROKER_SETTINGS:
+        settings[name] = _parse(name, BROKER_SETTINGS[name][1], value)
+    elif name in LOG_CONFIGS:
+        LogConfig.from_properties({name: value})
+        log_properties[name] = value
+    elif name in NO_EFFECT:
+        try:
+            parse_no_effect(name, value)
+        except ValueError as exc:
+            raise _refused(name, value, str(exc)) from None
 
 
 def _located(entry: ConfigEntry, check: Callable[..., _T], *args: Any) -> _T:

@@ -27,6 +27,11 @@ other closes the connection) and bounds unauthenticated frames; once
 authenticated, the session's principal is the requests'. A handler may mute
 the connection for a quota's throttle time (`Request.throttle`). Over TLS no
 file range is sendfile'd: it is copied in 256 KiB pieces.
+
+With `metrics.port` set, each request handled is counted with its time from
+its frame read to its answer made and the error codes in its answer, and the
+bytes read and sent are counted per listener (`metrics.py`: plain ints); with
+`logstore.request` at DEBUG each is also one line of the request log.
 """
 from __future__ import annotations
 
@@ -41,6 +46,7 @@ from logstore.broker.acls import java_host
 from logstore.broker.api import REGISTRY, Api, Request
 from logstore.broker.authorizer import KafkaPrincipal
 from logstore.broker.listeners import Listener
+from logstore.broker.metrics import HANDLER_FAILED, REQUEST_LOG, request_done
 from logstore.broker.protocol import (
     SENDFILE_MIN_BYTES,
     HeldSlice,
@@ -147,6 +153,11 @@ class Connection:
         # sendfile cannot go through TLS: the kernel would send the file's bytes unencrypted.
         self._sendfile = not listener.tls
         self._muted_until = 0.0             # loop time before which nothing more is read (quota throttling)
+        self._metrics = broker.metrics      # None: metrics off
+        # The request log's level is set at start and never changes: asked once, not per request.
+        self._log_requests = REQUEST_LOG.isEnabledFor(logging.DEBUG)
+        if self._metrics is not None:
+            self._metrics.connected(listener.name)
 
     @property
     def principal(self) -> KafkaPrincipal:
@@ -234,7 +245,9 @@ class Connection:
                 raise ProtocolError(_bad_size(size, bound, setting, head if first else None, self.listener))
             first = False
             frame = await self.reader.readexactly(size)
-            self.last_active = loop.time()
+            self.last_active = started = loop.time()
+            if self._metrics is not None:
+                self._metrics.read(self.listener.name, size + 4)
             if session is not None and session.raw_tokens:
                 await self._raw_token(session, frame)
                 continue
@@ -258,7 +271,7 @@ class Connection:
                 raise
             request = Request(broker, api_key, version, correlation_id, client_id, client_host, self.principal,
                               ticket, self.listener.name, session)
-            task = asyncio.create_task(self._handle(api, request, body, ticket, offload))
+            task = asyncio.create_task(self._handle(api, request, body, ticket, offload, started))
             if api.replies(body):
                 self._owe(task)
             else:
@@ -295,8 +308,10 @@ class Connection:
         return await asyncio.get_running_loop().run_in_executor(self._codec_pool, call, *args)
 
     async def _handle(self, api: Api, request: Request, body: object, ticket: _Ticket,
-                      offload: bool) -> PreEncoded | None:
-        """The handler's answer, encoded as the registration says (None: nothing to send)."""
+                      offload: bool, started: float) -> PreEncoded | None:
+        """The handler's answer, encoded as the registration says (None: nothing to send); `started` is the loop
+        time its frame was read (the request's total time, counted and logged, runs from there)."""
+        response: Any = None
         try:
             quotas = self.broker.quotas
             handling = api.handler(request, body)
@@ -311,9 +326,13 @@ class Connection:
             return api.encode(request.correlation_id, request.version, response)
         except Exception:
             log.exception("%s v%d from %s failed", api.name, request.version, request.client_id)
+            response = HANDLER_FAILED
             raise
         finally:
             ticket.applied()
+            if self._metrics is not None or self._log_requests:
+                request_done(self._metrics, self._log_requests, api, request, body, response, started,
+                             asyncio.get_running_loop().time(), self.peer)
 
     async def _send_replies(self) -> None:
         loop = asyncio.get_running_loop()
@@ -344,6 +363,9 @@ class Connection:
                 self.writing = False
                 response.close()
             self.last_active = loop.time()
+            if self._metrics is not None:
+                self._metrics.sent(self.listener.name, sum(p.size if isinstance(p, HeldSlice) else len(p)
+                                                           for p in response.parts))
 
     def _end(self, why: str) -> None:
         """End the connection from outside its reading (a failed reply, the idle reaper, shutdown)."""

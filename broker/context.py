@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from logstore.broker.config import BrokerConfig
     from logstore.broker.coordinator.group import GroupCoordinator
     from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.broker.metrics import RequestMetrics
     from logstore.broker.producer_ids import ProducerIdAllocator
     from logstore.broker.quotas import ClientQuotas
     from logstore.broker.scram_store import ScramCredentialStore
@@ -43,6 +44,8 @@ class BrokerContext(Protocol):
     closing: bool
     # Encoded answers that only change with the topics, per API key (Metadata).
     response_cache: dict[int, dict[Hashable, bytes]]
+    # The per-request counters `metrics.port` serves (None while it is off).
+    metrics: RequestMetrics | None
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None) -> int:
         """Create a topic (Kafka's name rules); returns its partition count."""

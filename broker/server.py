@@ -18,7 +18,9 @@ the registration's (`logstore.broker.api`). Handlers run on the event loop
 and call the store directly: appends and reads are a pwrite or pread each,
 and large file ranges go out by sendfile. Long-polling Fetches park on
 their partitions (`fetch_waiters.py`). The process around it
-(configuration, signals, exit codes) is `startup.py`.
+(configuration, signals, exit codes) is `startup.py`. With a metrics
+endpoint (`metrics.py`), the broker counts its requests, serves its
+collector there and says it is ready once it listens.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from logstore.broker.acceptor import Acceptor, ConnectionQuotas, Serve, parse_ip_overrides
+from logstore.broker.acceptor import Acceptor, ConnectionQuotas, Serve
 from logstore.broker.api import load_all
 from logstore.broker.authorizer import AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
@@ -38,6 +40,8 @@ from logstore.broker.connection import IDLE, SHUTDOWN, Connection
 from logstore.broker.fetch_waiters import FetchWaiters, TopicPartition
 from logstore.broker.listener_security import ListenerSecurity, listener_security
 from logstore.broker.listeners import Listener
+from logstore.broker.metrics import MetricsEndpoint, RequestMetrics
+from logstore.broker.metrics_collector import BrokerCollector
 from logstore.broker.node import Node
 from logstore.broker.quotas import ClientQuotas
 from logstore.broker.request_time import in_pool
@@ -62,10 +66,12 @@ class Broker:
     """A single-node Kafka broker: a node (store, coordinators, upkeep), the handlers, the listening sockets.
 
     It is the handlers' `BrokerContext`; `authorizer` decides what each principal may do (by default
-    everything, as Kafka without an authorizer).
+    everything, as Kafka without an authorizer). With `endpoint` (the `metrics.port` one, already serving
+    /health), its requests are counted and its collector served there.
     """
 
-    def __init__(self, config: BrokerConfig, authorizer: Authorizer | None = None, fs: FileSystem = OS):
+    def __init__(self, config: BrokerConfig, authorizer: Authorizer | None = None, fs: FileSystem = OS,
+                 endpoint: MetricsEndpoint | None = None):
         self.config = config
         self.authorizer = authorizer if authorizer is not None else AllowAll()
         load_all()
@@ -102,6 +108,11 @@ class Broker:
         self._reaper: asyncio.Task[None] | None = None
         # Encoded answers that only change with the topics, per API key (Metadata).
         self.response_cache: dict[int, dict[Hashable, bytes]] = {}
+        self.endpoint = endpoint
+        self.metrics: RequestMetrics | None = None
+        if endpoint is not None:
+            self.metrics = RequestMetrics()
+            endpoint.attach(BrokerCollector(self, self.metrics))
 
     # -- what handlers use -------------------------------------------------------------------
 
@@ -154,14 +165,16 @@ class Broker:
             for sock, _ in listening:
                 sock.close()
             raise
-        quotas = ConnectionQuotas(self.config["max.connections"], self.config["max.connections.per.ip"],
-                                  parse_ip_overrides(self.config["max.connections.per.ip.overrides"]))
+        quotas = ConnectionQuotas.of_config(self.config)
         self._acceptor = Acceptor(listening, quotas)
         self._acceptor.start()
         self._reaper = asyncio.create_task(self._close_idle_connections())
         for listener, host, port in self.bound:
             log.info("logstore broker %d listening on %s:%d (%s, %s; cluster %s)", self.node_id, host, port,
                      listener.name, listener.security_protocol, self.cluster_id)
+        if self.endpoint is not None:
+            # Partitions and coordinators loaded (the node's constructor), listeners bound: ready.
+            self.endpoint.set_ready(True, "ready")
         return self.bound[0][1], self.bound[0][2]
 
     async def _close_idle_connections(self) -> None:
@@ -219,6 +232,8 @@ class Broker:
     async def shutdown(self) -> None:
         """Stop listening, end the connections, close the store (checkpoints, snapshots, marker)."""
         self.closing = True
+        if self.endpoint is not None:
+            self.endpoint.set_ready(False, "stopping")
         self.fetch_waiters.wake()
         if self._reaper is not None:
             self._reaper.cancel()

@@ -15,6 +15,15 @@ a full disk is still a clean stop (status 0): what cannot be written is
 logged, and the log dirs left without a clean-shutdown marker are recovered
 by the next start, which succeeds on a full disk too.
 
+Logs: `--log-level` sets the root level or one logger's; the request log
+(`logstore.request`, Kafka's kafka.request.logger, which is also accepted
+by that name) stays at WARN unless named, so a root DEBUG does not log every
+request. `LOGSTORE_LOG_FORMAT=json` (or `run(log_format="json")`) writes one
+JSON object per line: time (UTC, ISO 8601), level, logger, message, and the
+exception's traceback if any. With `metrics.port`, the metrics endpoint
+(`metrics.py`) is bound before the store opens, so `/health` answers and
+`/ready` says 503 during a long recovery; a port in use is a start failure.
+
 The authorizer is Kafka's `authorizer.class.name` (empty: everything is
 allowed); `run` and `run_broker` also take one ready-made, which is how a
 test starts a broker process with its own, and likewise the file system the
@@ -24,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import logging
 import os
 import signal
@@ -31,12 +41,14 @@ import socket
 import sys
 import traceback
 from collections.abc import Callable, Coroutine, Iterable, Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from logstore.broker.authorizer import AUTHORIZER_SETTING, Authorizer, load_authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.listener_security import check_security
 from logstore.broker.listeners import Listener
+from logstore.broker.metrics import REQUEST_LOG, MetricsEndpoint
 from logstore.broker.server import Broker
 from logstore.errors import InvalidConfigError, LogStoreError
 from logstore.filesystem import OS, FileSystem
@@ -49,6 +61,22 @@ LEVELS = {"TRACE": TRACE, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": 
           "CRITICAL": logging.CRITICAL, "OFF": logging.CRITICAL + 10}
 # Kafka's container image sets its log4j levels from these (KafkaDockerWrapper); so does this broker.
 LEVEL_VARIABLES = ("KAFKA_LOG4J_ROOT_LOGLEVEL", "KAFKA_LOG4J_LOGGERS")
+# Kafka's name of the request log, taken for ours.
+KAFKA_REQUEST_LOGGER = "kafka.request.logger"
+FORMAT_VARIABLE = "LOGSTORE_LOG_FORMAT"
+LOG_FORMATS = ("text", "json")
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC, ISO 8601 to the ms), level, logger, message (and exception)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """The record as one line of JSON."""
+        doc = {"time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+               "level": record.levelname, "logger": record.name, "message": record.getMessage()}
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, ensure_ascii=False)
 
 
 class StartError(Exception):
@@ -70,8 +98,19 @@ async def run_broker(config: BrokerConfig, ready: Callable[[str, int], None] | N
     """
     if authorizer is None:
         authorizer = configured_authorizer(config, fs)
+    endpoint = _metrics_endpoint(config)
     try:
-        broker = Broker(config, authorizer, fs)
+        await _serve(config, ready, authorizer, fs, endpoint)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+
+
+async def _serve(config: BrokerConfig, ready: Callable[[str, int], None] | None, authorizer: Authorizer,
+                 fs: FileSystem, endpoint: MetricsEndpoint | None) -> None:
+    """`run_broker` once its metrics endpoint (if any) serves."""
+    try:
+        broker = Broker(config, authorizer, fs, endpoint)
     except OSError as exc:
         raise StartError(_log_dir_failure(config, exc)) from exc
     try:
@@ -98,6 +137,39 @@ async def run_broker(config: BrokerConfig, ready: Callable[[str, int], None] | N
     await broker.serve_until(stop)
     if offline:
         raise StartError(f"stopped: every log dir is offline after an I/O error ({offline[0]})")
+
+
+def _metrics_endpoint(config: BrokerConfig) -> MetricsEndpoint | None:
+    """The `metrics.port` endpoint, serving (None while the port is 0); a StartError if it cannot listen."""
+    try:
+        endpoint = MetricsEndpoint.of(config)
+    except InvalidConfigError as exc:
+        raise StartError(str(exc), 2) from exc
+    except OSError as exc:
+        where = f"cannot serve metrics on {config['metrics.host']}:{config['metrics.port']} " \
+                f"({_where(config, 'metrics.port')})"
+        why = "the port is in use" if exc.errno == errno.EADDRINUSE else (exc.strerror or str(exc))
+        raise StartError(f"{where}: {why}") from exc
+    if endpoint is None:
+        return None
+    logging.getLogger(__name__).info("metrics on http://%s:%d/metrics (/health, /ready)",
+                                     f"[{endpoint.host}]" if ":" in endpoint.host else endpoint.host, endpoint.port)
+    return endpoint.start()
+
+
+def configure_logging(root: int | None, loggers: Mapping[str, int], log_format: str = "text") -> None:
+    """The process's logging: the root level (INFO unless given), each named logger's, the request log at WARN
+    unless named, and the line format (`text` or `json`)."""
+    logging.addLevelName(TRACE, "TRACE")
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter() if log_format == "json" else logging.Formatter(LOG_FORMAT))
+    logging.basicConfig(level=logging.INFO if root is None else root, handlers=[handler])
+    levels = dict(loggers)
+    if KAFKA_REQUEST_LOGGER in levels:
+        levels.setdefault(REQUEST_LOG.name, levels.pop(KAFKA_REQUEST_LOGGER))
+    levels.setdefault(REQUEST_LOG.name, logging.WARNING)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
 
 
 def parse_log_levels(items: Iterable[tuple[str, str]]) -> tuple[int | None, dict[str, int]]:
@@ -131,20 +203,23 @@ def configured_authorizer(config: BrokerConfig, fs: FileSystem = OS) -> Authoriz
 
 
 def run(config_path: str | None, overrides: list[str], *, log_levels: Iterable[str] = (), print_config: bool = False,
-        environ: Mapping[str, str] | None = None, authorizer: Authorizer | None = None, fs: FileSystem = OS) -> int:
+        environ: Mapping[str, str] | None = None, authorizer: Authorizer | None = None, fs: FileSystem = OS,
+        log_format: str | None = None) -> int:
     """`logstore broker`: serve until a signal; the exit status (0, 1 runtime failure, 2 usage or config).
 
     A failure the user can fix is one or two lines on stderr; the traceback too at --log-level DEBUG.
+    `log_format` (`text` or `json`; default `LOGSTORE_LOG_FORMAT`, else text) is the log lines' form.
     """
     environ = os.environ if environ is None else environ
     debug = False
     try:
         root, loggers = parse_log_levels([*((v, environ[v]) for v in LEVEL_VARIABLES if environ.get(v, "").strip()),
                                           *(("--log-level", item) for item in log_levels)])
-        logging.addLevelName(TRACE, "TRACE")
-        logging.basicConfig(level=logging.INFO if root is None else root, format=LOG_FORMAT)
-        for name, level in loggers.items():
-            logging.getLogger(name).setLevel(level)
+        form = (log_format or environ.get(FORMAT_VARIABLE, "") or "text").strip().lower()
+        if form not in LOG_FORMATS:
+            raise StartError(f"log format {form!r} ({'--log-format' if log_format else FORMAT_VARIABLE}): "
+                             f"the formats are {', '.join(LOG_FORMATS)}", 2)
+        configure_logging(root, loggers, form)
         debug = logging.getLogger().isEnabledFor(logging.DEBUG)
         config = BrokerConfig.load(config_path, overrides, environ)
     except StartError as exc:
@@ -209,9 +284,11 @@ def _where(config: BrokerConfig, name: str) -> str:
 
 
 def _check_security(config: BrokerConfig) -> None:
-    """Refuse, as a configuration error, a listener whose TLS or SASL settings cannot work."""
+    """Refuse, as a configuration error, a listener whose TLS or SASL settings cannot work (or a metrics port
+    that is none)."""
     try:
         check_security(config)
+        MetricsEndpoint.check(config)
     except InvalidConfigError as exc:
         raise StartError(str(exc), 2) from exc
 

@@ -1,6 +1,6 @@
 """`logstore transactions`: inspect transactions and find hanging ones, as Kafka's kafka-transactions.sh.
 
-The arguments are registered in `logstore/cli.py`; `run(args)` does the
+The arguments are registered in `broker/admin_commands.py`; `run(args)` does the
 work over one `AdminClient` connection to `--bootstrap-server`, which in
 logstore is the coordinator of every transactional id and the leader of
 every partition.
@@ -11,6 +11,21 @@ every partition.
 - `describe --transactional-id ID`: FindCoordinator, then
   DescribeTransactions.
 - `describe-producers --topic T --partition N`: DescribeProducers.
+- `abort --topic T --partition N (--start-offset O | --producer-id P
+  --producer-epoch E --coordinator-epoch C)`: Kafka's Admin.abortTransaction,
+  for a hanging transaction. With --start-offset, DescribeProducers finds the
+  producer whose open transaction starts there (its epoch, and its last
+  coordinator epoch, 0 if it has none); then an ABORT marker is written into
+  the partition with WriteTxnMarkers (which needs CLUSTER_ACTION on the
+  cluster). A negative --coordinator-epoch is sent as 0, as Kafka's tool
+  does. Prints nothing.
+- `force-terminate --transactional-id ID`: Kafka's
+  Admin.forceTerminateTransaction (fenceProducers): InitProducerId for the id
+  with its current transaction timeout, which bumps its producer's epoch
+  (fencing the running producer) and aborts its open transaction; retried
+  while the coordinator answers CONCURRENT_TRANSACTIONS (the abort under
+  way), up to 30 s. An id the coordinator does not know is
+  TRANSACTIONAL_ID_NOT_FOUND. Prints nothing.
 - `find-hanging [--max-transaction-timeout MINUTES] [--topic T
   [--partition N]]`: Kafka's search. The producers of the partitions (those
   of T, or of every topic) with a transaction open whose last write is
@@ -19,7 +34,8 @@ every partition.
   id whose DescribeTransactions shows that producer with this partition in
   its transaction (Ongoing or being completed): then the coordinator will
   still end it. Kafka requires --topic or --broker-id; one node holds every
-  partition here, so without --topic every topic is searched.
+  partition here, so without --topic every topic is searched, and
+  `--broker-id` is this node's id (any other leads nothing: no rows).
 
 Text output is Kafka's table: its column names, each column padded to its
 widest cell and followed by a tab (none after the last), "None" where Kafka
@@ -42,6 +58,9 @@ epoch, durations in ms except where named):
                                                   "producerEpoch": int, "coordinatorEpoch": int,
                                                   "startOffset": int, "lastTimestamp": int,
                                                   "durationMinutes": int}]}
+    abort:              {"topic": str, "partition": int, "producerId": int, "producerEpoch": int,
+                         "coordinatorEpoch": int}
+    force-terminate:    {"transactionalId": str, "producerId": int, "producerEpoch": int}
 
 Exit status: 0 done; 1 the broker answered with an error (its Kafka name
 on stderr); 2 bad arguments, or no broker to talk to at --bootstrap-server.
@@ -61,10 +80,12 @@ from kio.schema.describe_producers.v0.request import DescribeProducersRequest, T
 from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v3.request import FindCoordinatorRequest
+from kio.schema.init_producer_id.v4.request import InitProducerIdRequest
 from kio.schema.list_transactions.v1.request import ListTransactionsRequest
 from kio.schema.metadata.v9.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.types import ProducerId, TopicName, TransactionalId
-from kio.static.primitive import i8, i32, i64
+from kio.schema.write_txn_markers.v1.request import WritableTxnMarker, WritableTxnMarkerTopic, WriteTxnMarkersRequest
+from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from logstore.broker.admin_client import AdminClient, AuthenticationError, BrokerUnavailableError, error_name
 from logstore.broker.client_security import ClientSecurityError, load_client_security
@@ -74,14 +95,19 @@ if TYPE_CHECKING:
     from kio.schema.describe_producers.v0.response import DescribeProducersResponse, ProducerState
     from kio.schema.describe_transactions.v0.response import DescribeTransactionsResponse, TransactionState
     from kio.schema.find_coordinator.v3.response import FindCoordinatorResponse
+    from kio.schema.init_producer_id.v4.response import InitProducerIdResponse
     from kio.schema.list_transactions.v1.response import ListTransactionsResponse
     from kio.schema.metadata.v9.response import MetadataResponse
+    from kio.schema.write_txn_markers.v1.response import WriteTxnMarkersResponse
 
 __all__ = ["run", "BrokerError", "UsageError"]
 
 PROG = "logstore transactions"
 TRANSACTION_KEY = i8(1)
 MAX_BATCH = 500  # partitions per DescribeProducers, as Kafka's tool
+FENCE_WAIT_S = 30.0  # how long force-terminate retries while the coordinator aborts the open transaction
+# What InitProducerId answers while the coordinator cannot yet: retried, as Kafka's admin client does.
+RETRIABLE = (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress)
 
 LIST_HEADERS = ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
 DESCRIBE_HEADERS = ["CoordinatorId", "TransactionalId", "ProducerId", "ProducerEpoch", "TransactionState",
@@ -262,6 +288,8 @@ def _partitions_to_search(client: AdminClient, topic: str | None, partition: int
 def _find_hanging(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     max_timeout_ms = args.max_transaction_timeout * 60_000
     partitions = _partitions_to_search(client, args.topic, args.partition)
+    if args.broker_id is not None and args.broker_id != _node_id(client):
+        partitions = []   # another broker leads none of this one's partitions
     now = _now_ms()
     candidates = [(tp, p) for tp, producers in _describe_producers(client, partitions).items() for p in producers
                   if p.current_txn_start_offset >= 0 and now - p.last_timestamp > max_timeout_ms]
@@ -291,9 +319,66 @@ def _find_hanging(client: AdminClient, args: argparse.Namespace, out: TextIO) ->
     return 0
 
 
+def _abort_spec(client: AdminClient, args: argparse.Namespace) -> tuple[int, int, int]:
+    """(producer id, epoch, coordinator epoch) of the transaction to abort, as Kafka's tool works them out."""
+    if args.start_offset is None:
+        return args.producer_id, args.producer_epoch, max(args.coordinator_epoch, 0)
+    producers = _describe_producers(client, [(args.topic, args.partition)])[(args.topic, args.partition)]
+    found = next((p for p in producers if p.current_txn_start_offset == args.start_offset), None)
+    if found is None:
+        raise BrokerError(f"Could not find any open transactions starting at offset {args.start_offset} on "
+                          f"partition {args.topic}-{args.partition}")
+    return found.producer_id, found.producer_epoch, max(found.coordinator_epoch, 0)
+
+
+def _abort(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    producer_id, epoch, coordinator_epoch = _abort_spec(client, args)
+    response: WriteTxnMarkersResponse = client.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
+        producer_id=ProducerId(producer_id), producer_epoch=i16(epoch), transaction_result=False,
+        topics=(WritableTxnMarkerTopic(name=TopicName(args.topic), partition_indexes=(i32(args.partition),)),),
+        coordinator_epoch=i32(coordinator_epoch)),)))
+    for marker in response.markers:
+        for topic in marker.topics:
+            for p in topic.partitions:
+                _check(p.error_code, f"Failed to abort the transaction of producer {producer_id} (epoch {epoch}, "
+                                     f"coordinator epoch {coordinator_epoch}) on {topic.name}-{p.partition_index}")
+    if args.as_json:
+        json.dump({"topic": args.topic, "partition": args.partition, "producerId": producer_id,
+                   "producerEpoch": epoch, "coordinatorEpoch": coordinator_epoch}, out)
+        print(file=out)
+    return 0
+
+
+def _force_terminate(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    txn_id = args.transactional_id
+    what = f"Failed to force-terminate transactional-id `{txn_id}`"
+    coordinator: FindCoordinatorResponse = client.request(FindCoordinatorRequest(key=txn_id, key_type=TRANSACTION_KEY))
+    _check(coordinator.error_code, what)
+    row = _describe_transactions(client, [txn_id]).get(txn_id)
+    if row is None:
+        raise BrokerError(f"{what}: {error_name(ErrorCode.transactional_id_not_found)}")
+    # The id's own timeout, so the producer that takes the id over next finds it as it was.
+    timeout = i32Timedelta.parse(row.transaction_timeout)
+    deadline = time.monotonic() + FENCE_WAIT_S
+    pause = 0.05
+    while True:
+        response: InitProducerIdResponse = client.request(InitProducerIdRequest(
+            transactional_id=TransactionalId(txn_id), transaction_timeout=timeout))
+        if response.error_code not in RETRIABLE or time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)   # the coordinator is writing the abort's markers: ask again, as Kafka's client does
+        pause = min(pause * 2, 1.0)
+    _check(response.error_code, what)
+    if args.as_json:
+        json.dump({"transactionalId": txn_id, "producerId": response.producer_id,
+                   "producerEpoch": response.producer_epoch}, out)
+        print(file=out)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], int]] = {
     "list": _list, "describe": _describe, "describe-producers": _describe_producers_command,
-    "find-hanging": _find_hanging}
+    "find-hanging": _find_hanging, "abort": _abort, "force-terminate": _force_terminate}
 
 
 def _check_arguments(args: argparse.Namespace) -> None:
@@ -303,6 +388,18 @@ def _check_arguments(args: argparse.Namespace) -> None:
         if args.max_transaction_timeout < 0:
             raise UsageError(f"find-hanging: --max-transaction-timeout must be >= 0 minutes, "
                              f"not {args.max_transaction_timeout}")
+    if args.transactions_command == "abort":
+        by_producer = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
+        if args.start_offset is None and args.producer_id is None:
+            raise UsageError("abort: The transaction to abort must be identified either with --start-offset (for "
+                             "brokers on 3.0 or above) or with --producer-id, --producer-epoch, and "
+                             "--coordinator-epoch (for older brokers)")
+        if args.start_offset is not None and any(v is not None for v in by_producer):
+            raise UsageError("abort: give --start-offset or --producer-id/--producer-epoch/--coordinator-epoch, "
+                             "not both")
+        if args.start_offset is None and None in by_producer:
+            missing = "--producer-epoch" if args.producer_epoch is None else "--coordinator-epoch"
+            raise UsageError(f"abort: Missing required argument {missing}")
     if getattr(args, "partition", None) is not None and args.partition < 0:
         raise UsageError(f"{args.transactions_command}: --partition must be >= 0, not {args.partition}")
 

@@ -1,8 +1,11 @@
 """The `logstore` command: one argparse front, one subcommand per job.
 
 The only module allowed to sit above every layer (DESIGN.md). Each subcommand
-registers its arguments here and calls a `run(...) -> exit status` function in
+registers its arguments here (those that talk to a running broker in
+`broker/admin_commands.py`) and calls a `run(...) -> exit status` function in
 its own module; the logic stays importable and testable without a process.
+The admin commands' usage errors are one line on stderr, as their other
+errors are (exit status 2).
 """
 from __future__ import annotations
 
@@ -10,14 +13,27 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from logstore import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser; with `brief_errors` a usage error is one line on stderr (and exit status 2)."""
+
+    brief_errors = False
+
+    def error(self, message: str) -> NoReturn:
+        if not self.brief_errors:
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
 
 if TYPE_CHECKING:
     from logstore.dump import RecordDecoder
 
-    _Commands = argparse._SubParsersAction[argparse.ArgumentParser]
+    _Commands = argparse._SubParsersAction[_Parser]
+
 
 def _add_dump(commands: _Commands) -> None:
     parser = commands.add_parser(
@@ -155,6 +171,9 @@ Failures are one or two lines on stderr; at --log-level DEBUG with the traceback
                         help="a setting that wins over the file and the environment (repeatable)")
     parser.add_argument("--log-level", metavar="[LOGGER=]LEVEL", action="append", default=[],
                         help="the level of every logger, or of one (repeatable; the default is INFO)")
+    parser.add_argument("--log-format", choices=("text", "json"), default=None,
+                        help="the log lines' form: text (the default) or json, one object a line "
+                             "(also LOGSTORE_LOG_FORMAT)")
     parser.add_argument("--print-config", action="store_true",
                         help="print the settings the broker would run with, one `name = value` a line, "
                              "and exit (the log dir is not opened)")
@@ -167,7 +186,8 @@ def _run_broker(args: argparse.Namespace) -> int:
         sys.stderr.write("logstore broker: give the config file once: as an argument or as --config\n")
         return 2
     return startup.run(args.config if args.config is not None else args.config_file, args.override,
-                       log_levels=args.log_level, print_config=args.print_config)
+                       log_levels=args.log_level, print_config=args.print_config,
+                       log_format=args.log_format)
 
 
 def _add_cleaner(commands: _Commands) -> None:
@@ -193,163 +213,6 @@ def _run_cleaner(args: argparse.Namespace) -> int:
     return cleaner_report.run(args.paths, default_policy=args.default_policy, as_json=args.as_json)
 
 
-COMMAND_CONFIG_HELP = ("Kafka client properties for a secured listener: security.protocol, ssl.truststore.location "
-                       "(PEM), sasl.mechanism, sasl.jaas.config with username and password")
-
-
-def _admin_commands(parser: argparse.ArgumentParser, dest: str) -> tuple[_Commands, argparse.ArgumentParser]:
-    """What the admin commands share: --bootstrap-server, a required COMMAND stored in `dest`, and a
-    parent parser with --json for the subcommands; returns (subparsers, that parent)."""
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT",
-                        help="the broker to ask (comma-separated entries: the first that answers)")
-    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--json", dest="as_json", action="store_true",
-                        help="print one JSON document instead of a table")
-    actions = parser.add_subparsers(title="commands", dest=dest, metavar="COMMAND")
-    actions.required = True
-    return actions, common
-
-
-def _add_transactions(commands: _Commands) -> None:
-    parser = commands.add_parser(
-        "transactions",
-        help="list and describe transactions, find hanging ones (like kafka-transactions.sh)",
-        description="Ask a running broker about transactions, with Kafka's admin APIs "
-                    "(ListTransactions, DescribeTransactions, DescribeProducers), and print "
-                    "Kafka's tables.",
-        epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr); "
-               "2 bad arguments, or no broker at --bootstrap-server. The --json schema is "
-               "documented in `python -m pydoc logstore.broker.transactions_cli`.")
-    actions, common = _admin_commands(parser, "transactions_command")
-    listing = actions.add_parser("list", parents=[common], help="list transactional ids and their states")
-    listing.add_argument("--state", dest="states", action="append", metavar="STATE",
-                         help="only ids in this state (Kafka's names: Empty, Ongoing, PrepareCommit, "
-                              "PrepareAbort, CompleteCommit, CompleteAbort; repeatable)")
-    listing.add_argument("--producer-id", dest="producer_ids", action="append", type=int, metavar="N",
-                         help="only ids with this producer id (repeatable)")
-    listing.add_argument("--duration-filter", type=int, metavar="MS",
-                         help="only transactions running longer than MS milliseconds (< 0: all)")
-    describe = actions.add_parser("describe", parents=[common], help="describe one transactional id")
-    describe.add_argument("--transactional-id", required=True, metavar="ID")
-    producers = actions.add_parser("describe-producers", parents=[common],
-                                   help="the producers a partition remembers and their open transactions")
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", required=True, type=int)
-    hanging = actions.add_parser(
-        "find-hanging", parents=[common],
-        help="open transactions older than the timeout that their coordinator does not know of")
-    hanging.add_argument("--max-transaction-timeout", type=int, default=15, metavar="MINUTES",
-                         help="the largest transaction timeout in use, in minutes (default 15)")
-    hanging.add_argument("--topic", help="search this topic only (default: every topic)")
-    hanging.add_argument("--partition", type=int, help="search this partition of --topic only")
-    parser.set_defaults(run=_run_transactions)
-
-
-def _run_transactions(args: argparse.Namespace) -> int:
-    from logstore.broker import transactions_cli
-    return transactions_cli.run(args)
-
-
-def _add_groups(commands: _Commands) -> None:
-    parser = commands.add_parser(
-        "groups",
-        help="list, describe and delete consumer groups, show lag, reset offsets (like kafka-consumer-groups.sh)",
-        description="Ask a running broker about consumer groups, with Kafka's admin APIs (ListGroups, "
-                    "DescribeGroups, OffsetFetch, ListOffsets, DeleteGroups, OffsetDelete, OffsetCommit), "
-                    "and print Kafka's tables.",
-        epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr), a group to "
-               "describe does not exist, or a reset was refused; 2 bad arguments, or no broker at "
-               "--bootstrap-server. The --json schema is documented in "
-               "`python -m pydoc logstore.broker.groups_cli`.")
-    actions, common = _admin_commands(parser, "groups_command")
-    listing = actions.add_parser("list", parents=[common], help="list groups, their protocol types and states")
-    listing.add_argument("--state", dest="states", action="append", metavar="STATE",
-                         help="only groups in this state (Kafka's names: PreparingRebalance, CompletingRebalance, "
-                              "Stable, Dead, Empty; comma-separated or repeated)")
-    describe = actions.add_parser(
-        "describe", parents=[common],
-        help="committed offsets, log end offsets, lag and owner of each partition (default), or the members, "
-             "or the state")
-    describe.add_argument("groups", nargs="+", metavar="GROUP")
-    shown = describe.add_mutually_exclusive_group()
-    shown.add_argument("--members", action="store_true",
-                       help="one row per member: ids, host, client id, assigned partitions")
-    shown.add_argument("--state", action="store_true",
-                       help="the coordinator, assignment strategy, state and number of members")
-    delete = actions.add_parser("delete", parents=[common], help="delete groups that have no members")
-    delete.add_argument("groups", nargs="+", metavar="GROUP")
-    delete_offsets = actions.add_parser(
-        "delete-offsets", parents=[common],
-        help="delete a group's offsets for topics its members do not subscribe to")
-    delete_offsets.add_argument("group", metavar="GROUP")
-    delete_offsets.add_argument("topics", nargs="+", metavar="TOPIC[:PARTITION,...]",
-                                help="a topic (all its partitions) or some of its partitions")
-    reset = actions.add_parser(
-        "reset-offsets", parents=[common],
-        help="set an inactive group's offsets to the earliest, the latest or a given offset (a dry run "
-             "unless --execute)")
-    reset.add_argument("group", metavar="GROUP")
-    reset.add_argument("--topic", dest="topics", action="append", metavar="TOPIC[:PARTITION,...]",
-                       help="a topic (all its partitions) or some of its partitions (repeatable)")
-    reset.add_argument("--all-topics", action="store_true",
-                       help="every partition the group has an offset for")
-    target = reset.add_mutually_exclusive_group(required=True)
-    target.add_argument("--to-earliest", action="store_true", help="each partition's log start offset")
-    target.add_argument("--to-latest", action="store_true", help="each partition's log end offset")
-    target.add_argument("--to-offset", type=int, metavar="N",
-                        help="offset N, moved into [earliest, latest] if outside")
-    run_mode = reset.add_mutually_exclusive_group()
-    run_mode.add_argument("--execute", action="store_true", help="commit the new offsets")
-    run_mode.add_argument("--dry-run", action="store_true", help="only print them (the default)")
-    parser.set_defaults(run=_run_groups)
-
-
-def _run_groups(args: argparse.Namespace) -> int:
-    from logstore.broker import groups_cli
-    return groups_cli.run(args)
-
-
-def _add_acls(commands: _Commands) -> None:
-    parser = commands.add_parser(
-        "acls",
-        help="add, remove and list ACLs on a running broker (like kafka-acls.sh)",
-        description="Manage the ACLs of a broker running Kafka's StandardAuthorizer, with CreateAcls, "
-                    "DescribeAcls and DeleteAcls and kafka-acls' flags and output.",
-        epilog="Exit status: 0 done; 1 the broker refused (its Kafka error on stderr); 2 bad arguments, or no "
-               "broker at --bootstrap-server. See `python -m pydoc logstore.broker.acls_cli`.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
-    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--add", action="store_true", help="add ACLs")
-    action.add_argument("--remove", action="store_true", help="remove ACLs")
-    action.add_argument("--list", action="store_true", help="list ACLs")
-    for flag, what in (("--topic", "topic"), ("--group", "group"), ("--transactional-id", "transactional id")):
-        parser.add_argument(flag, action="append", default=[], metavar=what.upper().replace(" ", "-"),
-                            help=f"a {what} ('*': every one; repeatable)")
-    parser.add_argument("--cluster", action="store_true", help="the cluster resource")
-    parser.add_argument("--resource-pattern-type", default="literal", type=str.lower,
-                        choices=["literal", "prefixed", "any", "match"])
-    parser.add_argument("--operation", action="append", default=[], help="an operation (Read, Write, ...; "
-                                                                          "repeatable; default All)")
-    parser.add_argument("--allow-principal", action="append", default=[], metavar="TYPE:NAME")
-    parser.add_argument("--deny-principal", action="append", default=[], metavar="TYPE:NAME")
-    parser.add_argument("--allow-host", action="append", default=[], metavar="HOST")
-    parser.add_argument("--deny-host", action="append", default=[], metavar="HOST")
-    parser.add_argument("--principal", action="append", default=[], metavar="TYPE:NAME",
-                        help="with --list: only this principal's ACLs")
-    parser.add_argument("--producer", action="store_true", help="ACLs a producer needs")
-    parser.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite too")
-    parser.add_argument("--consumer", action="store_true", help="ACLs a consumer needs")
-    parser.add_argument("--force", action="store_true", help="remove without asking")
-    parser.set_defaults(run=_run_acls)
-
-
-def _run_acls(args: argparse.Namespace) -> int:
-    from logstore.broker import acls_cli
-    return acls_cli.run(args)
-
-
 def _add_users(commands: _Commands) -> None:
     parser = commands.add_parser(
         "users",
@@ -361,7 +224,7 @@ def _add_users(commands: _Commands) -> None:
         epilog="Exit status: 0 done; 1 refused (a log dir in use by a broker, nothing to delete, an unreadable "
                "file); 2 bad arguments. The --json schema is documented in "
                "`python -m pydoc logstore.broker.users_cli`.")
-    where = argparse.ArgumentParser(add_help=False)
+    where = _Parser(add_help=False)
     where.add_argument("--log-dirs", metavar="DIR[,DIR]", help="the broker's log.dirs")
     where.add_argument("--config", metavar="FILE", help="a server.properties whose log.dirs to use")
     actions = parser.add_subparsers(title="commands", dest="users_command", metavar="COMMAND")
@@ -389,66 +252,47 @@ def _run_users(args: argparse.Namespace) -> int:
     return users_cli.run(args)
 
 
-def _add_configs(commands: _Commands) -> None:
-    from logstore.broker.configs_cli import ENTITY_KINDS, EntityNameAction
-    parser = commands.add_parser(
-        "configs",
-        help="describe and alter client quotas of users and client ids on a running broker (like kafka-configs.sh)",
-        description="Describe and alter entity configs with DescribeClientQuotas and AlterClientQuotas, with "
-                    "kafka-configs' flags and output: producer_byte_rate, consumer_byte_rate, request_percentage "
-                    "of users, client ids, or a user's client id.",
-        epilog="Exit status: 0 done; 1 the broker refused (its Kafka error on stderr); 2 bad arguments, or no "
-               "broker at --bootstrap-server. See `python -m pydoc logstore.broker.configs_cli`.")
-    parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
-    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
-    action = parser.add_mutually_exclusive_group(required=True)
-    action.add_argument("--describe", action="store_true", help="list the configs of the entities")
-    action.add_argument("--alter", action="store_true", help="change the configs of one entity")
-    parser.add_argument("--entity-type", action="append", choices=sorted(ENTITY_KINDS),
-                        help="users or clients (both, in turn, for a user's client id)")
-    parser.add_argument("--entity-name", action=EntityNameAction, dest="entities", metavar="NAME",
-                        help="the name of the --entity-type before it")
-    parser.add_argument("--entity-default", action=EntityNameAction, dest="entities", default_entity=True,
-                        help="the default entity of the --entity-type before it")
-    parser.add_argument("--user", action=EntityNameAction, dest="entities", kind="users", metavar="NAME",
-                        help="--entity-type users --entity-name NAME")
-    parser.add_argument("--client", action=EntityNameAction, dest="entities", kind="clients", metavar="NAME",
-                        help="--entity-type clients --entity-name NAME")
-    parser.add_argument("--user-defaults", action=EntityNameAction, dest="entities", kind="users",
-                        default_entity=True, help="the default user")
-    parser.add_argument("--client-defaults", action=EntityNameAction, dest="entities", kind="clients",
-                        default_entity=True, help="the default client id")
-    parser.add_argument("--add-config", metavar="K=V[,K=V]", help="configs to set, e.g. 'producer_byte_rate=1048576'")
-    parser.add_argument("--delete-config", metavar="K[,K]", help="configs to remove")
-    parser.set_defaults(run=_run_configs)
-
-
-def _run_configs(args: argparse.Namespace) -> int:
-    from logstore.broker import configs_cli
-    return configs_cli.run(args)
+def _brief_errors(parser: argparse.ArgumentParser) -> None:
+    """Make `parser` and every subcommand parser below it report usage errors in one line."""
+    if isinstance(parser, _Parser):
+        parser.brief_errors = True
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _brief_errors(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the `logstore` command and all its subcommands."""
-    parser = argparse.ArgumentParser(
+    from logstore.broker.admin_commands import add_admin_commands
+    parser = _Parser(
         prog="logstore", description="logstore: a Kafka-compatible log storage engine.")
     parser.add_argument("--version", action="version", version=f"logstore {__version__}")
     commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND")
     commands.required = True
     _add_dump(commands)
     _add_broker(commands)
-    _add_transactions(commands)
-    _add_groups(commands)
-    _add_acls(commands)
     _add_cleaner(commands)
     _add_users(commands)
-    _add_configs(commands)
+    add_admin_commands(commands)
+    # The commands that talk to a broker: their usage errors are one line, as the errors they report.
+    from logstore.broker.admin_commands import ADMIN_COMMANDS
+    for name in ADMIN_COMMANDS:
+        _brief_errors(commands.choices[name])
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `logstore` command line; return the process exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        message = f"unrecognized arguments: {' '.join(extra)}"
+        from logstore.broker.admin_commands import ADMIN_COMMANDS
+        if args.command not in ADMIN_COMMANDS:
+            parser.error(message)
+        sys.stderr.write(f"logstore {args.command}: error: {message} (see logstore {args.command} --help)\n")
+        return 2
     try:
         status: int = args.run(args)
         sys.stdout.flush()

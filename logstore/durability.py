@@ -16,6 +16,10 @@ A failed fsync takes the partition's whole log dir offline, through the same
 the kernel may have dropped the dirty pages, so no later fsync may claim
 durability; the callers and waiters get a `StorageIOError` (still the
 `OSError` it was), and every later call on the dir KAFKA_STORAGE_ERROR.
+
+Every fsync's time and the number of appends it covered go to `SYNC_STATS`,
+plain counts in buckets that an embedding application (the broker's
+Prometheus collector) reads when it likes; the library exports nothing.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import logging
 import os
 import threading
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -48,6 +53,40 @@ def _pool() -> ThreadPoolExecutor:
         return _sync_pool
 
 
+# Upper bounds (inclusive) of the fsync-time buckets, ms, and of the appends-per-fsync buckets.
+SYNC_MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+class SyncStats:
+    """The fsyncs of every GroupCommit of the process: how long each took (ms) and how many appends it made
+    durable (Kafka's LogFlushRateAndTimeMs, and the group commit's batch size).
+
+    Counts per bucket (the last one for values above every bound), with totals; updated under its own lock
+    by the thread that ran the fsync, read without it (a reader may see one fsync half counted).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.time_counts = [0] * (len(SYNC_MS_BUCKETS) + 1)
+        self.time_sum_ms = 0.0
+        self.batch_counts = [0] * (len(BATCH_BUCKETS) + 1)
+        self.batch_sum = 0
+        self.syncs = 0
+
+    def record(self, ms: float, appends: int) -> None:
+        """One successful fsync of `ms` that covered `appends` appends."""
+        with self._lock:
+            self.syncs += 1
+            self.time_counts[bisect_left(SYNC_MS_BUCKETS, ms)] += 1
+            self.time_sum_ms += ms
+            self.batch_counts[bisect_left(BATCH_BUCKETS, appends)] += 1
+            self.batch_sum += appends
+
+
+SYNC_STATS = SyncStats()
+
+
 class GroupCommit:
     """The recovery point of one partition and the fsyncs that move it."""
 
@@ -64,6 +103,7 @@ class GroupCommit:
         self._closed = False
         self._writes_started = 0
         self._writes_done = 0
+        self._writes_synced = 0     # appends begun before the last fsync that succeeded started
         self._urgent = 0
         self._waiters: list[tuple[int, int, Future[int]]] = []
         self._order = itertools.count()
@@ -129,9 +169,11 @@ class GroupCommit:
                 self._cond.wait()
             start, end = self._recovery_point, self._end()
         done = False
+        began = time.perf_counter()
         try:
             self._sync(start, end)
             done = True
+            SYNC_STATS.record((time.perf_counter() - began) * 1000, ticket - self._writes_synced)
         except Exception as exc:
             # After a failed fsync the kernel may have dropped the dirty pages and a retry can
             # "succeed" without them: the dir goes offline, so nothing claims durability again.
@@ -140,6 +182,7 @@ class GroupCommit:
             with self._cond:
                 self._flushing = False
                 if done:
+                    self._writes_synced = max(self._writes_synced, ticket)
                     self._recovery_point = max(self._recovery_point, end)
                     self.last_flush = time.monotonic()
                 ready = self._pop_ready()

@@ -25,7 +25,7 @@ from typing import Any
 
 from logstore.checkpoints import PARTITION_METADATA, read_partition_metadata, write_atomically
 from logstore.cluster_metadata import ClusterMetadata, MetadataTopic, read_cluster_metadata
-from logstore.config import LogConfig
+from logstore.config import REMOVED_TOPIC_CONFIGS, LogConfig
 from logstore.errors import CorruptRecordError, InvalidConfigError, StorageError
 from logstore.filesystem import OS, FileSystem
 
@@ -117,6 +117,10 @@ def topic_overrides(metadata: KafkaMetadata, base: LogConfig) -> dict[str, dict[
     for name, topic in metadata.topics.items():
         kept = {}
         for key, value in topic.configs.items():
+            if key in REMOVED_TOPIC_CONFIGS:
+                # Kafka 4 drops them too; kept, a topic with only these would store an empty entry.
+                skipped.add(key)
+                continue
             try:
                 base.with_overrides({key: value})
             except InvalidConfigError:

@@ -248,7 +248,9 @@ class Log:
         of now (CreateTime), keys in a compacted topic; a maxTimestamp the
         records contradict is corrected in place. With `work_limit` >= 0 the
         answer is None when that would cost more (`AppendInfo.check_cost`):
-        validate again without one, off the event loop. Takes no lock: any thread.
+        validate again without one, off the event loop. With a compression.type
+        other than `producer`, batches in another codec are recompressed
+        (`AppendInfo.records` holds the bytes to append). Takes no lock: any thread.
         """
         config = self.config
         info: AppendInfo | None
@@ -265,6 +267,13 @@ class Log:
             else:
                 info = self.format.try_validate_append(records, work_limit, max_batch_size=config.max_message_bytes,
                                                        rules=rules)
+        if info is not None and client and config.recompresses:
+            # Kafka's LogValidator: batches not in the topic's codec are stored in it.
+            cost = self.format.recompress_cost(info, config.compression_type)
+            if cost and 0 <= work_limit < info.check_cost + cost:
+                return None
+            info = self.format.recompress(records, info, config.compression_type, config.compression_level,
+                                          max_batch_size=config.max_message_bytes)
         for header in info.batches if info is not None else ():
             if header.size_in_bytes > config.segment_bytes:
                 # Kafka's code 18, apart from max.message.bytes' MESSAGE_TOO_LARGE: no segment could hold it.
@@ -288,6 +297,8 @@ class Log:
         info = validated if validated is not None else self.validate(buf, client=client)
         # Without a work limit `validate` answers or raises.
         assert info is not None
+        if info.records is not None:
+            buf = info.records   # recompressed to the topic's compression.type
         self._group.begin_write()
         try:
             with self._lock:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError, OffsetCheckpoint, write_atomically
-from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, log_to_clean
+from logstore.cleaner import Cleaner, CleanerStats, CleaningAborted, LogToClean, covering, log_to_clean
 from logstore.errors import LogDirOfflineError, LogStoreError, StorageIOError
 from logstore.filesystem import OS, FileSystem
 from logstore.log import Log
@@ -144,6 +144,11 @@ class LogCleaner:
         for log_dir in self._log_dirs:
             self._write_state(log_dir)
         self.rounds = 0
+        # Since the store opened (plain numbers a broker's metrics read): rounds that cleaned a log, the bytes
+        # they freed (read minus written), and when the last one ended (ms, 0 before any).
+        self.cleanings = 0
+        self.bytes_reclaimed = 0
+        self.last_cleaning_ms = 0
         self._started = 0
         self._round_done = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
@@ -284,6 +289,9 @@ class LogCleaner:
         with self._lock:
             self.checkpoints[key] = stats.end_offset
             self.last_stats[key] = stats
+            self.cleanings += 1
+            self.bytes_reclaimed += stats.bytes_reclaimed
+            self.last_cleaning_ms = int(stats.finished * 1000)
             refused = self._write_checkpoint(os.path.dirname(target.directory))
             self._write_state(os.path.dirname(target.directory), f"{target.topic}-{target.partition}", stats)
         if refused is not None:
@@ -339,6 +347,15 @@ class LogCleaner:
         except OSError as exc:
             # What `logstore cleaner` shows, and nothing reads it back: not worth a log dir.
             log.warning("%s not written: %s", os.path.join(log_dir, CLEANER_STATE), exc)
+
+    def dirty_ratio(self, target: Log) -> float:
+        """The dirty share of a compacted log's bytes now (what `logstore cleaner` shows): the segments from its
+        cleaner checkpoint up to the active one over those and the ones below the checkpoint (0.0 for none)."""
+        segments = target.segments
+        first_dirty = self.checkpoints.get((target.topic, target.partition), segments[0].base_offset)
+        clean = sum(s.size for s in covering(segments, 0, first_dirty))
+        dirty = sum(s.size for s in covering(segments[:-1], first_dirty, segments[-1].base_offset))
+        return dirty / (clean + dirty) if clean + dirty else 0.0
 
     def await_round(self, timeout_s: float) -> bool:
         """Wake the cleaner and wait until it finished a round that started after this call."""

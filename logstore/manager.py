@@ -48,20 +48,18 @@ from logstore.checkpoints import (
     read_partition_metadata,
     remove_clean_shutdown_marker,
     write_clean_shutdown_marker,
-    write_partition_metadata,
 )
-from logstore.config import INTERNAL_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
+from logstore.config import INTERNAL_TOPIC_CONFIGS, REMOVED_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from logstore.dir_lock import DirLock
 from logstore.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
     StorageError,
-    StorageIOError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
-from logstore.filenames import delete_dir_name, is_delete_dir, parse_partition_dir, partition_dir_name
+from logstore.filenames import delete_dir_name, is_delete_dir, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.kafka_metadata import METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata, record_applied
@@ -69,6 +67,7 @@ from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
 from logstore.log import Log
 from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
 from logstore.log_dir_failures import LogDirFailureChannel, write_failed
+from logstore.partition_growth import make_partitions, write_missing_metadata
 from logstore.topics import (
     TOPIC_CONFIGS_COPIES,
     TOPIC_CONFIGS_FILE,
@@ -159,6 +158,8 @@ class LogManager:
         self.format = fmt
         self._given_overrides = {t: topic_level(c, self.default_config) for t, c in (topic_configs or {}).items()}
         defaults = INTERNAL_TOPIC_CONFIGS if topic_defaults is None else topic_defaults
+        # Kept: a new broker-level default (`reconfigure`) is applied under them again.
+        self._topic_defaults = {t: dict(c) for t, c in defaults.items()}
         self._topic_bases = {t: self.default_config.with_overrides(c) for t, c in defaults.items()}
         # What the directory's `__cluster_metadata` says of the topics on disk (None: no metadata log).
         self.kafka_metadata: KafkaMetadata | None = None
@@ -242,6 +243,9 @@ class LogManager:
                 for opened in self._logs.values():
                     opened.close()
                 raise
+        # A partition a crash cut short of its partition.metadata gets the id its topic's others carry.
+        if completed := write_missing_metadata(self.fs, self._logs, dict(self._topic_ids)):
+            log.info("wrote the partition.metadata of %d partitions whose creation a crash cut short", completed)
         self._name_topics_without_ids()
         for log_dir in self.log_dirs:
             remove_clean_shutdown_marker(log_dir, self.fs)
@@ -348,14 +352,19 @@ class LogManager:
         nothing; then the overrides are written to `topic-configs` and only
         then swapped into every partition's Log. `validate_only` stops after
         the checks. An override given to this opener for the run is dropped
-        for every name changed here, so the change takes effect.
+        for every name changed here, so the change takes effect. An unknown
+        topic is refused before any config is looked at (Kafka answers
+        UNKNOWN_TOPIC_OR_PARTITION first); a config Kafka 4 removed
+        (`REMOVED_TOPIC_CONFIGS`) is taken and dropped, as Kafka drops it.
         """
         validate_topic_name(topic)
-        for name in overrides:
-            if name not in TOPIC_CONFIGS:
-                raise InvalidConfigError(f"Unknown topic config name: {name}")
         with self._lock:
             self._check_open()
+            if topic not in self._partition_counts():
+                raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.")
+            for name in overrides:
+                if name not in TOPIC_CONFIGS and name not in REMOVED_TOPIC_CONFIGS:
+                    raise InvalidConfigError(f"Unknown topic config name: {name}")
             stored = dict(self._stored_overrides.get(topic, {}))
             for name, value in overrides.items():
                 if value is None:
@@ -365,9 +374,6 @@ class LogManager:
             stored = topic_level(stored, self.default_config)
             given = {n: v for n, v in self._given_overrides.get(topic, {}).items() if n not in overrides}
             config = self._base_config(topic).with_overrides({**stored, **given})
-            # Kafka checks the values before the topic exists (ConfigurationControlManager).
-            if topic not in self._partition_counts():
-                raise UnknownTopicOrPartitionError(f"The topic '{topic}' does not exist.")
             if validate_only:
                 return config
             # Kafka keeps every override as a string: doubles go to the file so, exactly as given.
@@ -388,6 +394,36 @@ class LogManager:
                     # reader sees the old one or the new one; an append under way may finish on the old.
                     opened.config = config
             return config
+
+    def reconfigure(self, default_config: LogConfig, settings: Mapping[str, Any] | None = None, *,
+                    validate_only: bool = False) -> None:
+        """Run with new broker-level defaults (Kafka's DynamicLogConfig): every topic's config is recomputed
+        over `default_config` and swapped into its live Logs, so a topic without its own override takes the
+        new value at once. Every topic's new config is checked before any is swapped (InvalidConfigError
+        naming the topic: an override may conflict with a new default); `validate_only` stops there.
+        `settings`: new values of the store's broker settings, of which `producer.id.expiration.ms` applies
+        at once to every partition (the others at the next start)."""
+        with self._lock:
+            self._check_open()
+            bases = {t: default_config.with_overrides(c) for t, c in self._topic_defaults.items()}
+            configs: dict[str, LogConfig] = {}
+            for topic in self._partition_counts():
+                try:
+                    configs[topic] = bases.get(topic, default_config).with_overrides(self.topic_overrides(topic))
+                except InvalidConfigError as exc:
+                    raise InvalidConfigError(f"{exc} (in the config of topic {topic})") from None
+            if validate_only:
+                return
+            self.default_config, self._topic_bases = default_config, bases
+            self.settings = {**self.settings, **(settings or {})}
+            expiration_ms = int(self.settings["producer.id.expiration.ms"])
+            logs = list(self._logs.items())
+            # As alter_topic_config: a round cleaning a log that stops compacting is aborted first.
+            stops = any(opened.config.compacts and not configs[topic].compacts for (topic, _), opened in logs)
+            with self.cleaner.paused() if stops else nullcontext():
+                for (topic, _), opened in logs:
+                    opened.config = configs[topic]
+                    opened.producers.expiration_ms = expiration_ms
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, topic_id: bytes | None = None) -> TopicInfo:
@@ -436,55 +472,29 @@ class LogManager:
     def _add_partitions(self, name: str, partitions: Iterable[int], topic_id: bytes, config: LogConfig) -> None:
         # Published together: `topics()` reads without the lock, and a partial partition count
         # would send keys hashed over it (group and transactional ids) to the wrong partition.
-        opened: dict[tuple[str, int], Log] = {}
-        made: list[str] = []
-        try:
-            for partition in partitions:
-                path = os.path.join(self._least_loaded_dir(opened), partition_dir_name(name, partition))
-                self.fs.makedirs(path)
-                made.append(path)
-                write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, self.fs)
-                opened[(name, partition)] = self._open_log(path, config, clean_shutdown=True)
-            # The new directories' names are durable before the topic is: a power cut cannot take it back.
-            for log_dir in sorted({os.path.dirname(o.directory) for o in opened.values()}):
-                self.fs.fsync_dir(log_dir)
-        except BaseException as exc:
-            self._remove_partitions(list(opened.values()), made)
-            if isinstance(exc, OSError):
-                raise StorageIOError(f"partitions of topic {name!r} not created ({len(made)} made, then: {exc}); "
-                                     "what was made is removed", exc, intact=True) from exc
-            raise
+        opened = make_partitions(
+            self.fs, name, partitions, topic_id, self._least_loaded_dir,
+            lambda path: self._open_log(path, config, clean_shutdown=True),
+            lambda log_dir, what, exc: self.dir_failures.state(log_dir).fail(what, exc))
         self._logs.update(opened)
         self._count_partitions(name, (p for _, p in opened))
         self.topics_version += 1
 
-    def _remove_partitions(self, opened: list[Log], made: list[str]) -> None:
-        """Undo a failed `_add_partitions`: close the logs (freeing their descriptors first), remove every
-        directory it made, and make that durable; a directory that stays takes its log dir offline."""
-        for partial in opened:
-            try:
-                partial.delete()
-            except (OSError, StorageError) as exc:
-                log.warning("%s: %s", partial.directory, exc)
-        for path in made:
-            self.fs.rmtree(path)
-        for log_dir in sorted({os.path.dirname(p) for p in made}):
-            left = [p for p in made if os.path.dirname(p) == log_dir and self.fs.exists(p)]
-            try:
-                self.fs.fsync_dir(log_dir)
-                if left:
-                    raise OSError(f"cannot remove {', '.join(left)}")
-            except OSError as exc:
-                # Left there, it would come back after a restart as a topic no one created.
-                self.dir_failures.state(log_dir).fail("removal of a failed topic creation", exc)
+    def create_partitions(self, name: str, total: int) -> list[int]:
+        """Grow a topic to `total` partitions (Kafka's InvalidPartitions messages); returns the new ones.
 
-    def create_partitions(self, name: str, total: int) -> None:
-        """Grow a topic to `total` partitions."""
+        All or nothing while the store runs; a crash part-way leaves a prefix of them (partition_growth.py).
+        """
         with self._lock:
+            self._check_open()
             current = self.partitions(name)
-            if total <= current:
-                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} is not more")
-            self._add_partitions(name, range(current, total), self._topic_ids[name], self.config_for(name))
+            if total == current:
+                raise InvalidPartitionsError(f"Topic already has {current} partition(s).")
+            if total < current:
+                raise InvalidPartitionsError(f"The topic {name} currently has {current} partition(s); {total} "
+                                             "would not be an increase.")
+            self._add_partitions(name, range(current, total), self.topic_id(name), self.config_for(name))
+            return list(range(current, total))
 
     def complete_partitions(self, name: str, total: int) -> list[int]:
         """Create empty the partitions of `name` below `total` that are missing; returns them.
@@ -509,12 +519,13 @@ class LogManager:
         return max((opened.max_producer_id(scan_segments=scan_segments) for opened in list(self._logs.values())),
                    default=-1)
 
-    def _least_loaded_dir(self, opening: Mapping[Any, Log] | None = None) -> str:
+    def _least_loaded_dir(self, placing: Mapping[Any, str] | None = None) -> str:
+        """The log dir holding the fewest partitions, counting those being made (their directories)."""
         if len(self.log_dirs) == 1:
             return self.log_dirs[0]
         counts = {d: 0 for d in self.log_dirs}
-        for opened in [*self._logs.values(), *(opening or {}).values()]:
-            parent = os.path.dirname(opened.directory)
+        for directory in [*(o.directory for o in self._logs.values()), *(placing or {}).values()]:
+            parent = os.path.dirname(directory)
             if parent in counts:
                 counts[parent] += 1
         return min(self.log_dirs, key=lambda d: counts[d])

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from logstore.checkpoints import CorruptCheckpointError
-from logstore.config import BROKER_NAMES, HOURS_ALIASES, TOPIC_CONFIGS, LogConfig
+from logstore.config import BROKER_NAMES, HOURS_ALIASES, REMOVED_TOPIC_CONFIGS, TOPIC_CONFIGS, LogConfig
 from logstore.errors import InvalidConfigError, InvalidTopicError
 from logstore.filesystem import OS, FileSystem
 from logstore.generation_files import GenerationFile
@@ -48,9 +48,11 @@ def encode_topic_configs(generation: int, topics: Mapping[str, Mapping[str, Any]
 
 
 def topic_level(overrides: Mapping[str, Any], base: LogConfig) -> dict[str, Any]:
-    """`overrides` checked and keyed by topic-level names (`log.retention.hours=1` → `retention.ms=3600000`)."""
+    """`overrides` checked and keyed by topic-level names (`log.retention.hours=1` → `retention.ms=3600000`); the
+    configs Kafka removed are dropped, as Kafka drops them."""
     props = base.with_overrides(overrides).to_properties()
-    return {name: props[name] for name in sorted({BROKER_NAMES.get(n, HOURS_ALIASES.get(n, n)) for n in overrides})}
+    names = {BROKER_NAMES.get(n, HOURS_ALIASES.get(n, n)) for n in overrides if n not in REMOVED_TOPIC_CONFIGS}
+    return {name: props[name] for name in sorted(names)}
 
 
 def read_topic_configs(path: str, fs: FileSystem = OS) -> tuple[int, dict[str, dict[str, Any]]]:
@@ -66,7 +68,7 @@ def read_topic_configs(path: str, fs: FileSystem = OS) -> tuple[int, dict[str, d
             if not isinstance(overrides, dict) or not overrides:
                 raise InvalidConfigError("expected a non-empty object of settings")
             for name, value in overrides.items():
-                if name not in TOPIC_CONFIGS or not (is_int(value) or isinstance(value, (float, str))):
+                if name not in TOPIC_CONFIGS or not (is_int(value) or isinstance(value, (bool, float, str))):
                     raise InvalidConfigError(f"{name}={value!r} is not a topic config")
             LogConfig().with_overrides(overrides)
         except (InvalidTopicError, InvalidConfigError) as exc:

@@ -90,6 +90,26 @@ def compress(int codec, data, level=None):
     raise UnsupportedCompressionError(f"unknown compression codec {codec}")
 
 
+# Kafka's compression.lz4.level default: its writers use the fast compressor at it, LZ4-HC at any other.
+KAFKA_LZ4_DEFAULT_LEVEL = 9
+
+
+def compress_at_kafka_level(int codec, data, level):
+    """`compress` with a level as Kafka's topic configs give it (compression.gzip/lz4/zstd.level), as Kafka's
+    broker compresses at it: gzip -1 is zlib's default, lz4 9 the fast compressor and any other LZ4-HC."""
+    if codec == GZIP and level == -1:
+        level = None
+    elif codec == LZ4:
+        if level == KAFKA_LZ4_DEFAULT_LEVEL:
+            return compress(LZ4, data)
+        # liblz4's frame API turns to the HC compressor at 3; Kafka's HC levels 1 and 2 are HC's fastest.
+        return _lz4_frame.compress(
+            data, compression_level=max(level, 3),
+            block_size=_lz4_frame.BLOCKSIZE_MAX64KB, block_linked=False,
+            content_checksum=False, block_checksum=False, store_size=False)
+    return compress(codec, data, level)
+
+
 def decompress(int codec, data, Py_ssize_t limit=DEFAULT_MAX_DECOMPRESSED,
                Py_ssize_t position=-1, bint legacy_lz4_header=False):
     """Decompress a records section (bytes or bytearray); errors report byte `position` of the batch."""

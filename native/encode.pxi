@@ -285,6 +285,43 @@ def encode_control_batch(bint commit, int32_t coordinator_epoch, int64_t produce
                         control=True, partition_leader_epoch=partition_leader_epoch)
 
 
+def recompress_batch(buf, Py_ssize_t pos=0, int codec=0, level=None, *,
+                     Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
+    """The v2 batch at `pos` of `buf` with its records section in `codec` at Kafka's `level`: a new bytearray.
+
+    What Kafka's LogValidator does when a topic's compression.type differs from
+    the batch's codec, without re-encoding: in v2 every record (offset delta,
+    timestamp delta, key, value, headers) is the same bytes whatever the codec,
+    so the section is decompressed and compressed again and the header kept
+    but for the codec bits, the length and the CRC (producer id, epoch, base
+    sequence, transactional and timestamp-type bits unchanged). The batch must
+    have been validated: its records are not walked again.
+    """
+    if codec < 0 or codec > 4:
+        raise UnsupportedCompressionError(f"unknown compression codec {codec}")
+    cdef _Buffer b = _Buffer(buf)
+    cdef const unsigned char* p = <const unsigned char*>b.buf.buf
+    cdef BatchHeader h = _checked_header(buf, p, b.buf.len, pos, 0, False)
+    cdef Py_ssize_t start = pos + HEADER_SIZE
+    cdef Py_ssize_t end = pos + h.batch_length + LOG_OVERHEAD
+    cdef int source = h.attributes & _CODEC_MASK
+    section = PyMemoryView_FromMemory(<char*>p + start, end - start, PyBUF_READ)
+    raw = decompress(source, section, max_decompressed, start) if source != 0 else section
+    packed = compress_at_kafka_level(codec, raw, level) if codec != 0 else raw
+    cdef Py_ssize_t packed_len = len(packed)
+    if HEADER_SIZE + packed_len - LOG_OVERHEAD > 2147483647:
+        raise RecordTooLargeError("record batch would exceed 2 GiB", pos)
+    out = bytearray(HEADER_SIZE + packed_len)
+    cdef unsigned char* w = <unsigned char*>(<char*>out)
+    memcpy(w, p + pos, HEADER_SIZE)
+    cdef _Buffer packed_buf = _Buffer(packed)
+    memcpy(w + HEADER_SIZE, packed_buf.buf.buf, packed_len)
+    write_be32(w + BATCH_LENGTH_AT, <int32_t>(HEADER_SIZE + packed_len - LOG_OVERHEAD))
+    write_be16(w + ATTRIBUTES_AT, <int16_t>((h.attributes & ~_CODEC_MASK) | codec))
+    write_be32(w + CRC_AT, <int32_t>_crc_of(out, CRC_START, HEADER_SIZE + packed_len))
+    return out
+
+
 @cython.final
 cdef class BatchBuilder:
     """Builds one v2 batch a record at a time (Kafka's MemoryRecordsBuilder shape).

@@ -76,7 +76,13 @@ from logstore.errors import (
     RecordTooLargeError,
     UnsupportedCompressionError,
 )
-from logstore.native.compression import DEFAULT_MAX_DECOMPRESSED, compress, decompress, decompress_within
+from logstore.native.compression import (
+    DEFAULT_MAX_DECOMPRESSED,
+    compress,
+    compress_at_kafka_level,
+    decompress,
+    decompress_within,
+)
 
 cdef extern from "Python.h":
     const char* PyUnicode_AsUTF8AndSize(object, Py_ssize_t*) except NULL

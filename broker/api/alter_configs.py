@@ -1,4 +1,4 @@
-"""AlterConfigs (33), v0-2: replace a topic's config overrides; this broker has no dynamic broker configs.
+"""AlterConfigs (33), v0-2: replace the configs of a topic or, for the dynamic ones, of this broker.
 
 Behavior, as Kafka's ConfigAdminManager (checks on the broker) and
 ConfigurationControlManager with ControllerConfigurationValidator (checks
@@ -10,26 +10,27 @@ and changes on the controller):
   supported for : <keys>".
 - TOPIC (2): the configs listed become the topic's overrides and every
   override not listed is deleted (the legacy API's semantics; the
-  incremental one changes single keys). The whole resulting config is
-  checked before anything changes: an unknown name ("Unknown topic config
-  name: x"), a value of the wrong type or out of range ("Invalid value v for
-  configuration x: ...") and min.compaction.lag.ms above max.compaction.lag.ms
-  are INVALID_CONFIG. Then an unknown topic is UNKNOWN_TOPIC_OR_PARTITION
-  (Kafka checks the values first). An empty name is INVALID_REQUEST
+  incremental one changes single keys). An empty name is INVALID_REQUEST
   ("Default topic resources are not allowed."), an illegal one
-  INVALID_TOPIC_EXCEPTION. The change is written to `topic-configs` before
-  the answer, applies to every partition at once, survives a restart, and
-  DescribeConfigs shows it as DYNAMIC_TOPIC_CONFIG. The internal topics can
-  be altered, as in Kafka.
-- BROKER (4), named by this node's id or "" (the cluster-wide default): a
-  name that is not an integer or another node's id is INVALID_REQUEST, with
-  Kafka's messages. Kafka refuses a config that cannot be updated
-  dynamically with INVALID_REQUEST "Cannot update these configs dynamically:
-  Set(...)" (DynamicBrokerConfig.validateConfigs, turned into
-  InvalidRequestException by ConfigAdminManager); every broker config here
-  is static, so every one is refused so (Kafka would store an unknown custom
-  name; it is refused here too, having nowhere to live). A resource with no
-  config changes nothing and answers NONE.
+  INVALID_TOPIC_EXCEPTION, and an unknown topic UNKNOWN_TOPIC_OR_PARTITION
+  before any config is looked at (issue 27: Kafka's tools see the unknown
+  topic first). Then the whole resulting config is checked before anything
+  changes: an unknown name ("Unknown topic config name: x"), a value of the
+  wrong type or out of range ("Invalid value v for configuration x: ...")
+  and min.compaction.lag.ms above max.compaction.lag.ms are INVALID_CONFIG.
+  A config Kafka 4 removed (`message.format.version`,
+  `message.downconversion.enable`) is taken and dropped, as Kafka 4 does.
+  The change is written to `topic-configs` before the answer, applies to
+  every partition at once, survives a restart, and DescribeConfigs shows it
+  as TOPIC_CONFIG. The internal topics can be altered, as in Kafka.
+- BROKER (4), named by this node's id (this broker's dynamic configs) or ""
+  (the cluster-wide default): a name that is not an integer or another
+  node's id is INVALID_REQUEST, with Kafka's messages. The configs listed
+  become the resource's dynamic configs (the others are deleted), checked
+  and applied as `broker/reconfigure.py` says: a config Kafka cannot change
+  at run time is INVALID_REQUEST "Cannot update these configs dynamically:
+  Set(...)", a bad value INVALID_REQUEST with Kafka's ConfigException text.
+  Kept in `broker-configs` before the answer; in effect at once.
 - Every other type, BROKER_LOGGER included (the legacy API never took it):
   INVALID_REQUEST "Unknown resource type <n>".
 - `validate_only`: every check, and nothing changes.
@@ -48,11 +49,13 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.describe_configs import BROKER, BROKER_ID, BROKER_LOG_DEFAULTS, TOPIC, config_denial
+from logstore.broker.api.describe_configs import BROKER, BROKER_ID, TOPIC, config_denial
 from logstore.broker.api.kit import AclOperation, coordinate
-from logstore.broker.config import BROKER_SETTINGS
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.reconfigure import Change, alter_broker_configs
+from logstore.errors import InvalidTopicError
+from logstore.topics import validate_topic_name
 
 KEY = 33
 
@@ -61,8 +64,6 @@ OK: Answer = (ErrorCode.none, None)
 Resources = set[tuple[int, str]]      # (resource type, name)
 # (request, resource, the resources named twice, validate_only) → the resource's answer
 Alter = Callable[[Request, KioMessage, Resources, bool], Awaitable[Answer]]
-# Every broker-level name DescribeConfigs shows: what Kafka's KafkaConfig.configKeys knows here.
-BROKER_CONFIG_NAMES = frozenset(BROKER_SETTINGS) | frozenset(BROKER_LOG_DEFAULTS)
 
 
 def repeated_resources(resources: Iterable[KioMessage]) -> Resources:
@@ -100,18 +101,17 @@ def check_broker_name(broker: BrokerContext, name: str) -> Answer | None:
     return None
 
 
-def refuse_broker_configs(names: Iterable[str]) -> Answer:
-    """NONE for no config; otherwise Kafka's answer for configs that cannot be updated dynamically."""
-    names = sorted(set(names))
-    if not names:
-        return OK
-    return ErrorCode.invalid_request, f"Cannot update these configs dynamically: Set({', '.join(names)})"
-
-
-def check_topic_name(name: str) -> Answer | None:
-    """ControllerConfigurationValidator's refusal of the default topic resource (the rest is the store's)."""
+def check_topic(broker: BrokerContext, name: str) -> Answer | None:
+    """The topic's refusal before any config is looked at (default resource, illegal name, unknown topic),
+    or None when it exists."""
     if not name:
         return ErrorCode.invalid_request, "Default topic resources are not allowed."
+    try:
+        validate_topic_name(name)
+    except InvalidTopicError as exc:
+        return ErrorCode.invalid_topic_exception, str(exc)
+    if name not in broker.store.topics():
+        return ErrorCode.unknown_topic_or_partition, f"The topic '{name}' does not exist."
     return None
 
 
@@ -120,6 +120,23 @@ async def alter_topic(request: Request, topic: str, changes: Mapping[str, Any | 
     store = request.broker.store
     # Off the event loop: the overrides are fsynced, and a cleaning round may have to stop first.
     call = functools.partial(store.alter_topic_config, topic, dict(changes), validate_only=validate_only)
+    outcome = await coordinate(request, call)
+    return OK if outcome.ok else (outcome.error, outcome.message)
+
+
+def broker_resource(name: str) -> str:
+    """The key of a BROKER resource in `broker-configs`: "" or the node id as a number writes it ("+1", "01"
+    and "1" name one node, as Java's parseInt reads them)."""
+    return str(int(name)) if name else ""
+
+
+async def alter_broker(request: Request, name: str, change: Change, validate_only: bool) -> Answer:
+    """Change the dynamic config of the BROKER resource `name` (checked) as `alter_broker_configs` does, or say
+    why not."""
+    broker = request.broker
+    # Off the event loop: `broker-configs` is fsynced in every log dir, and the store's lock is taken.
+    call = functools.partial(alter_broker_configs, broker.config, broker.store, broker_resource(name), change,
+                             validate_only=validate_only)
     outcome = await coordinate(request, call)
     return OK if outcome.ok else (outcome.error, outcome.message)
 
@@ -139,9 +156,10 @@ async def _alter(request: Request, resource: KioMessage, repeated: Resources, va
         return refused
     kind, name = resource.resource_type, resource.resource_name
     if kind == BROKER:
-        return check_broker_name(request.broker, name) or refuse_broker_configs(c.name for c in resource.configs)
+        return check_broker_name(request.broker, name) or await alter_broker(
+            request, name, {config.name: config.value for config in resource.configs}, validate_only)
     if kind == TOPIC:
-        refused = check_topic_name(name)
+        refused = check_topic(request.broker, name)
         if refused:
             return refused
         # Legacy semantics: what is not listed is deleted.

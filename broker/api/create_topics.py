@@ -5,6 +5,12 @@ One node holds one replica: a replication factor above
 up to it is accepted and stored as 1, as single-node brokers do (librdkafka's
 tests ask for 3). `validate_only` checks without creating.
 
+Manual `assignments` are taken as a one-node Kafka takes them: the count and
+the factor must then be -1 (else INVALID_REQUEST), the partitions are those
+assigned, numbered 0..n-1 each once, and each must be assigned to this
+broker alone (another broker id, a repeat or an empty list is
+INVALID_REPLICA_ASSIGNMENT with Kafka's message).
+
 As Kafka's controller (ControllerApis, ReplicationControlManager): a name
 given more than once answers INVALID_REQUEST "Duplicate topic name." and is
 not created; if the other topics add up to more than 10,000 partitions, every
@@ -20,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api.create_partitions import assignment_error
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized, denied
 from logstore.broker.api.topic_creation import (
     MAX_PARTITIONS_PER_REQUEST,
@@ -47,19 +54,46 @@ def _check(broker: BrokerContext, topic: KioMessage,
         validate_topic_name(topic.name)
         if topic.name in existing:
             return ErrorCode.topic_already_exists, f"topic {topic.name!r} already exists", partitions, configs
+        if topic.assignments:
+            error, message = _assignments_error(broker, topic)
+            if error != ErrorCode.none:
+                return error, message, partitions, configs
+            partitions, factor = len(topic.assignments), -1
         if partitions < 1:
             return ErrorCode.invalid_partitions, f"{partitions} partitions", partitions, configs
         if factor != -1 and not 1 <= factor <= broker.config["logstore.max.replication.factor"]:
             return (ErrorCode.invalid_replication_factor, f"replication factor {factor} on a single broker",
                     partitions, configs)
-        if topic.assignments:
-            return ErrorCode.invalid_request, "manual replica assignments are not supported", partitions, configs
         LogConfig.from_properties(configs, base=broker.config.log_config)
     except InvalidTopicError as exc:
         return ErrorCode.invalid_topic_exception, str(exc), partitions, configs
     except InvalidConfigError as exc:
         return ErrorCode.invalid_config, str(exc), partitions, configs
     return ErrorCode.none, None, partitions, configs
+
+
+def _assignments_error(broker: BrokerContext, topic: KioMessage) -> tuple[ErrorCode, str | None]:
+    """Kafka's refusal of a topic's manual assignments (ReplicationControlManager.createTopic), or NONE: they
+    must come with -1 for the count and the factor, name each partition 0..n-1 once, each on this broker."""
+    if topic.replication_factor != -1:
+        return (ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but replication factor was not set to -1.")
+    if topic.num_partitions != -1:
+        return (ErrorCode.invalid_request,
+                "A manual partition assignment was specified, but numPartitions was not set to -1.")
+    seen: set[int] = set()
+    for assignment in topic.assignments:
+        index = int(assignment.partition_index)
+        if index in seen:
+            return (ErrorCode.invalid_replica_assignment,
+                    f"Found multiple manual partition assignments for partition {index}")
+        seen.add(index)
+        why = assignment_error(list(assignment.broker_ids), broker.node_id, index)
+        if why is not None:
+            return ErrorCode.invalid_replica_assignment, why
+    if seen != set(range(len(seen))):
+        return ErrorCode.invalid_replica_assignment, "partitions should be a consecutive 0-based integer sequence"
+    return ErrorCode.none, None
 
 
 def _by_name(topics: list[KioMessage]) -> tuple[dict[str, KioMessage], set[str]]:

@@ -6,25 +6,30 @@ Behavior, as Kafka's ConfigAdminManager and ConfigurationControlManager:
   DELETE, and an operation other than SET (0), DELETE (1), APPEND (2) and
   SUBTRACT (3) are INVALID_REQUEST, with Kafka's messages (AlterConfigs'
   docstring lists them).
-- TOPIC (2): the operations apply in the order given to the topic's current
-  overrides. SET replaces a value, DELETE drops the override (the broker's
-  default or Kafka's applies again). APPEND and SUBTRACT take a
-  comma-separated list and only work on a LIST config (cleanup.policy); on
-  another key they are INVALID_CONFIG "Can't APPEND to key x because its
-  type is not LIST." before any other check, as in Kafka. They start from the
+- TOPIC (2): an empty name, an illegal one and an unknown topic are refused
+  first, as AlterConfigs does. Then the operations apply in the order given
+  to the topic's current overrides. SET replaces a value, DELETE drops the
+  override (the broker's default or Kafka's applies again). APPEND and
+  SUBTRACT take a comma-separated list and only work on a LIST config
+  (cleanup.policy, the throttled replica lists); on another key they are
+  INVALID_CONFIG "Can't APPEND to key x because its type is not LIST."
+  before any other check of the values, as in Kafka. They start from the
   topic's override or, without one, from the topic config's own default
   (`delete`), not the broker's `log.cleanup.policy`: Kafka does the same.
   APPEND adds the items not there yet, SUBTRACT removes them.
   The whole resulting config is then checked as AlterConfigs does
-  (INVALID_CONFIG, then UNKNOWN_TOPIC_OR_PARTITION), and nothing changes on
-  error. A SUBTRACT that leaves cleanup.policy empty is INVALID_CONFIG here:
-  Kafka takes an empty list (a log neither deleted nor compacted).
-- BROKER (4): as in AlterConfigs, after Kafka's replay of the operations:
-  DELETE of a name leaves nothing to refuse (NONE), APPEND/SUBTRACT on a
-  known broker config that is not a LIST is INVALID_CONFIG "Config value
-  append is not allowed for config key: x" (an unknown name: "Unknown config
-  name: x"; Kafka fails there with UNKNOWN_SERVER_ERROR), and any name left
-  set is INVALID_REQUEST "Cannot update these configs dynamically: Set(...)".
+  (INVALID_CONFIG), and nothing changes on error. A SUBTRACT that leaves
+  cleanup.policy empty is INVALID_CONFIG here: Kafka takes an empty list (a
+  log neither deleted nor compacted).
+- BROKER (4), this node's id or "" (the cluster-wide default): the
+  operations apply to the resource's dynamic configs as Kafka's
+  prepareIncrementalConfigs does: SET and DELETE, APPEND/SUBTRACT on a LIST
+  config (from the dynamic value, else Kafka's default; APPEND keeps
+  repeats, SUBTRACT removes one of each); on a known config that is not a
+  LIST INVALID_CONFIG "Config value append is not allowed for config key:
+  x" (an unknown name: "Unknown config name: x"; Kafka fails there with
+  UNKNOWN_SERVER_ERROR). The result is checked, kept and applied as
+  AlterConfigs' BROKER resource is (`broker/reconfigure.py`).
 - BROKER_LOGGER (8): INVALID_REQUEST: log levels are not exposed (Kafka
   changes log4j levels here). Every other type: INVALID_REQUEST "Unknown
   resource type <n>".
@@ -41,26 +46,28 @@ from typing import Any
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api
 from logstore.broker.api.alter_configs import (
-    BROKER_CONFIG_NAMES,
     Answer,
     Resources,
+    alter_broker,
     alter_topic,
     answer_each,
     check_broker_name,
-    check_topic_name,
+    check_topic,
     common_checks,
-    refuse_broker_configs,
 )
 from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, TOPIC
+from logstore.broker.config_entries import DEFAULTS, LIST_SETTINGS, text
 from logstore.broker.protocol import ErrorCode
+from logstore.broker.reconfigure import is_known
 from logstore.config import LIST_CONFIGS, TOPIC_CONFIGS
+from logstore.errors import InvalidConfigError
 
 KEY = 44
 
 SET, DELETE, APPEND, SUBTRACT = range(4)
 OP_NAMES = {APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 # Kafka's LIST-typed broker configs among those this broker knows.
-BROKER_LISTS = frozenset({"log.cleanup.policy", "group.consumer.assignors"})
+BROKER_LISTS = LIST_SETTINGS | {"log.cleanup.policy"}
 
 
 def _items(value: Any) -> list[str]:
@@ -92,21 +99,29 @@ def _topic_changes(current: Mapping[str, Any],
     return changes, None
 
 
-def _broker_names(configs: Iterable[KioMessage]) -> tuple[set[str], Answer | None]:
-    """The names left set after Kafka's prepareIncrementalConfigs, or its refusal of an APPEND/SUBTRACT."""
-    names: set[str] = set()
+def _broker_configs(current: Mapping[str, str], configs: Iterable[KioMessage]) -> dict[str, str]:
+    """The resource's dynamic configs after Kafka's prepareIncrementalConfigs (InvalidConfigError: its refusal
+    of an APPEND/SUBTRACT)."""
+    result = dict(current)
     for config in configs:
         op, name = config.config_operation, config.name
-        if op == DELETE:
-            names.discard(name)
-            continue
-        if op in OP_NAMES and name not in BROKER_LISTS:
-            if name not in BROKER_CONFIG_NAMES:
-                return names, (ErrorCode.invalid_config, f"Unknown config name: {name}")
-            return names, (ErrorCode.invalid_config,
-                           f"Config value {OP_NAMES[op].lower()} is not allowed for config key: {name}")
-        names.add(name)
-    return names, None
+        if op == SET:
+            result[name] = config.value
+        elif op == DELETE:
+            result.pop(name, None)
+        elif name not in BROKER_LISTS:
+            if not is_known(name):
+                raise InvalidConfigError(f"Unknown config name: {name}")
+            raise InvalidConfigError(f"Config value {OP_NAMES[op].lower()} is not allowed for config key: {name}")
+        else:
+            items = (result[name] if name in result else text(DEFAULTS.get(name)) or "").split(",")
+            for item in config.value.split(","):
+                if op == APPEND:
+                    items.append(item)
+                elif item in items:
+                    items.remove(item)
+            result[name] = ",".join(items)
+    return result
 
 
 async def _alter(request: Request, resource: KioMessage, repeated: Resources, validate_only: bool) -> Answer:
@@ -122,13 +137,14 @@ async def _alter(request: Request, resource: KioMessage, repeated: Resources, va
         refused = check_broker_name(request.broker, name)
         if refused:
             return refused
-        names, refused = _broker_names(resource.configs)
-        return refused or refuse_broker_configs(names)
+        configs = resource.configs
+        return await alter_broker(request, name, lambda current: _broker_configs(current, configs), validate_only)
     if kind == TOPIC:
-        changes, refused = _topic_changes(request.broker.store.topic_overrides(name), resource.configs)
+        refused = check_topic(request.broker, name)
         if refused:
             return refused
-        return check_topic_name(name) or await alter_topic(request, name, changes, validate_only)
+        changes, refused = _topic_changes(request.broker.store.topic_overrides(name), resource.configs)
+        return refused or await alter_topic(request, name, changes, validate_only)
     if kind == BROKER_LOGGER:
         return ErrorCode.invalid_request, "broker loggers are not exposed by this broker"
     return ErrorCode.invalid_request, f"Unknown resource type {kind}"

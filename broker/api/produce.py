@@ -19,11 +19,16 @@ offsets or lengths is INVALID_RECORD, one whose bytes are damaged
 CORRUPT_MESSAGE, timestamps outside message.timestamp.before/after.max.ms
 INVALID_TIMESTAMP; records refused one by one are listed in v8+'s
 `record_errors` with Kafka's `error_message`. One partition's refusal never
-fails the others. A transactional batch is appended only if its partition
-is in its producer's open transaction, checked with the transaction
-coordinator and held against its transitions until written (KIP-890's
-server-side defence): a late write is INVALID_TXN_STATE, one from a fenced
-epoch INVALID_PRODUCER_EPOCH.
+fails the others. A topic whose compression.type names a codec stores each
+batch in it, recompressing those the producer sent in another (Kafka's
+LogValidator; `Log.validate`). acks=-1 on a topic whose min.insync.replicas
+is above 1 is NOT_ENOUGH_REPLICAS before anything is checked or appended, as
+from a Kafka leader whose ISR is itself alone; acks=0 and 1 are not held to it.
+A transactional batch is appended only if its partition is in its
+producer's open transaction, checked with the transaction coordinator and
+held against its transitions until written (KIP-890's server-side defence):
+a late write is INVALID_TXN_STATE, one from a fenced epoch
+INVALID_PRODUCER_EPOCH.
 
 The request is handled in three steps: check every partition's batch,
 append those that passed in the request's order, then (acks=-1) wait for
@@ -145,12 +150,18 @@ def _record_errors(exc: LogStoreError | None, version: int) -> tuple[KioMessage,
     return tuple(build(row, batch_index=e.batch_index, batch_index_error_message=e.message) for e in refused)
 
 
-def _prepare(request: Request, topic: str, partition: int, records: memoryview | None,
+def _prepare(request: Request, topic: str, partition: int, records: memoryview | None, acks: int,
              budget: _Budget) -> _Batch | Outcome[Never]:
     """One partition's batch checked as far as the request's budget for the event loop goes, or its refusal."""
     if topic in INTERNAL_TOPICS:
         return refuse(ErrorCode.invalid_topic_exception)
     log_ = request.broker.store.log(topic, partition)
+    min_isr = log_.config.min_insync_replicas
+    if acks == -1 and min_isr > 1:
+        # Kafka's leader refuses before it appends: this node is the partition's one in-sync replica.
+        return refuse(ErrorCode.not_enough_replicas,
+                      f"The size of the current ISR Set({request.broker.node_id}) is insufficient to satisfy "
+                      f"the min.isr requirement of {min_isr} for partition {topic}-{partition}")
     batch = None if records is None else log_.format.peek_produced_batch(records)
     if records is None or batch is None:
         return refuse(ErrorCode.invalid_record)
@@ -211,10 +222,11 @@ def _appended(request: Request, row: PartitionResult[_Batch], checked: dict[int,
     return PartitionResult(row.topic, row.index, row.asked, outcome)
 
 
-def _answer(request: Request, budget: _Budget) -> Callable[[str, int, ProducePartition], _Batch | Outcome[Never]]:
+def _answer(request: Request, acks: int,
+            budget: _Budget) -> Callable[[str, int, ProducePartition], _Batch | Outcome[Never]]:
     """The per-partition answer of the check step."""
     def prepare(topic: str, index: int, data: ProducePartition) -> _Batch | Outcome[Never]:
-        return _prepare(request, topic, index, data.records, budget)
+        return _prepare(request, topic, index, data.records, acks, budget)
     return prepare
 
 
@@ -230,7 +242,7 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
         error = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     if error == ErrorCode.none and acks not in (-1, 0, 1):
         error = ErrorCode.invalid_required_acks
-    prepared = each_partition(request, body.topic_data, _answer(request, _Budget(INLINE_CHECK_COST)),
+    prepared = each_partition(request, body.topic_data, _answer(request, acks, _Budget(INLINE_CHECK_COST)),
                               operation=AclOperation.WRITE, shape=SHAPE, error=error)
     left = [row.outcome.result for _, rows in prepared for row in rows
             if row.outcome.ok and row.outcome.result.info is None]
@@ -240,6 +252,8 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
         checked = {id(batch): answer for batch, answer in zip(left, answers)}
     results = [(topic, [_appended(request, row, checked, body.transactional_id) for row in rows])
                for topic, rows in prepared]
+    if broker.metrics is not None:   # metrics.port: records and bytes in per topic, counted once per request
+        broker.metrics.produced(results)
     # Muted before the connection may read on (`applied`), so the client's next request waits out the throttle.
     throttle_ms = _throttle(request, body)
     request.applied()

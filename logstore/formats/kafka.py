@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from logstore.errors import CorruptRecordError, InvalidRecordError
-from logstore.formats.kafka_append import AppendInfo, assign_offsets, require_keys, try_validate_append, validate_append
+from logstore.formats.kafka_append import (
+    AppendInfo,
+    assign_offsets,
+    recompress,
+    recompress_cost,
+    require_keys,
+    try_validate_append,
+    validate_append,
+)
 from logstore.native.compression import (
     CODEC_IDS,
     CODEC_NAMES,
@@ -80,7 +88,7 @@ __all__ = [
     "read_marker", "entry_bounds", "scan_entries",
     "read_control_record", "peek_header", "read_header", "validate_batch", "validate_records",
     "EntryPrefix", "entry_prefix", "crc_position", "ProducedBatch", "peek_produced_batch",
-    "NAME", "require_keys", "column_builder", "add_columns",
+    "NAME", "require_keys", "column_builder", "add_columns", "recompress", "recompress_cost",
 ]
 
 LOG_OVERHEAD = ENTRY_OVERHEAD

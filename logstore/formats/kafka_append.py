@@ -7,14 +7,17 @@ rules, then every record, decompressed if need be, whole and numbered
 that break a rule are refused together, each named with its index (Kafka's
 RecordValidationException); a batch whose records cannot be read is
 refused as a whole. Internal writers' batches (markers, coordinator
-records) are checked up to their CRC. Re-exported by `logstore.formats.kafka`.
+records) are checked up to their CRC. A topic whose compression.type is not
+`producer` gets batches in another codec recompressed (`recompress`), as
+Kafka's LogValidator does; batches already in it stay the bytes they came as.
+Re-exported by `logstore.formats.kafka`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from logstore.errors import InvalidRecordError
+from logstore.errors import InvalidRecordError, RecordTooLargeError
 from logstore.formats.protocol import (
     LONG_MAX,
     RecordError,
@@ -23,11 +26,14 @@ from logstore.formats.protocol import (
     TimestampValidationError,
 )
 from logstore.native.cleaner import count_null_keys
+from logstore.native.compression import CODEC_IDS
 from logstore.native.record_batch import (
     RECORD_WITHOUT_KEY,
     BatchHeader,
     RecordsCheck,
     assign_batch_offsets,
+    read_header,
+    recompress_batch,
     validate_produced,
     validate_records,
 )
@@ -35,7 +41,16 @@ from logstore.native.record_batch import (
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-__all__ = ["AppendInfo", "assign_offsets", "require_keys", "try_validate_append", "validate_append"]
+__all__ = ["AppendInfo", "assign_offsets", "recompress", "recompress_cost", "require_keys", "try_validate_append",
+           "validate_append"]
+
+# compression.type's names for the codecs (Kafka's BrokerCompressionType) → codec ids.
+_TOPIC_CODECS = {"uncompressed": CODEC_IDS["none"], "gzip": CODEC_IDS["gzip"], "snappy": CODEC_IDS["snappy"],
+                 "lz4": CODEC_IDS["lz4"], "zstd": CODEC_IDS["zstd"]}
+# What recompressing a byte into each codec (none, gzip, snappy, lz4, zstd) costs in `check_cost` units (0.3 ns),
+# at the default levels, measured on 100 B records of words (1,000 and 10,000 a batch, decompressing and copying
+# included): gzip 125-165 ns a byte, zstd 25-35, snappy 9-12, lz4 4-5.5, none (decompress and copy) 2-4.
+_COMPRESS_COST = (8, 500, 35, 15, 100)
 
 
 @dataclass
@@ -51,6 +66,8 @@ class AppendInfo:
     """Index in `batches` of the batch holding the max timestamp (its last offset is indexed)."""
     check_cost: int = 0
     """What validating took, in bytes of walking records (a compressed batch's records count more)."""
+    records: bytearray | None = None
+    """The bytes to append instead of those validated, when `recompress` rewrote them; None: those bytes."""
 
 
 def validate_append(buf: Buffer, *, client: bool = True, max_batch_size: int = -1,
@@ -182,3 +199,58 @@ def assign_offsets(buf: Buffer, info: AppendInfo, base_offset: int, *, leader_ep
     if log_append_time is not None:
         info.max_timestamp, info.max_timestamp_batch = log_append_time, 0
     return offset - 1
+
+
+def _codec_of(compression_type: str) -> int:
+    try:
+        return _TOPIC_CODECS[compression_type]
+    except KeyError:
+        raise ValueError(f"no codec is named {compression_type!r}") from None
+
+
+def recompress_cost(info: AppendInfo, compression_type: str) -> int:
+    """What `recompress` would cost in `check_cost` units (0 when no batch needs it): an upper bound, taking
+    every unit validation cost for a byte to compress (a compressed batch's records cost it more than one)."""
+    codec = _codec_of(compression_type)
+    if all(header.compression == codec for header in info.batches):
+        return 0
+    return info.check_cost * _COMPRESS_COST[codec]
+
+
+def recompress(buf: Buffer, info: AppendInfo, compression_type: str, level: int | None, *,
+               max_batch_size: int = -1) -> AppendInfo:
+    """Kafka's LogValidator for a topic whose compression.type is a codec: validated batches in another codec
+    rewritten in this one at Kafka's `level` (its compression.gzip/lz4/zstd.level), into `AppendInfo.records`.
+
+    Every record keeps its bytes (offset and timestamp deltas, key, value,
+    headers) and every batch its producer id, epoch, base sequence and flags;
+    `info` comes back unchanged when every batch is already in the codec, so
+    those bytes are appended as they came. A rewritten batch larger than
+    `max_batch_size` is refused, as Kafka re-checks a size recompression changed.
+    """
+    codec = _codec_of(compression_type)
+    if all(header.compression == codec for header in info.batches):
+        return info
+    source = memoryview(buf)
+    out = bytearray()
+    batches: list[BatchHeader] = []
+    for header in info.batches:
+        start, end = header.position, header.position + header.size_in_bytes
+        if header.compression == codec:
+            batch: Buffer = source[start:end]
+        else:
+            batch = recompress_batch(source, start, codec, level)
+            if 0 <= max_batch_size < len(batch):
+                raise RecordTooLargeError(f"Message batch size is {len(batch)} bytes after recompression to "
+                                          f"{compression_type}, which exceeds the maximum configured size of "
+                                          f"{max_batch_size}.", start)
+        batches.append(_header_at(out, batch))
+    return AppendInfo(batches, len(out), info.offset_count, info.record_count, info.max_timestamp,
+                      info.max_timestamp_batch, info.check_cost + recompress_cost(info, compression_type), out)
+
+
+def _header_at(out: bytearray, batch: Buffer) -> BatchHeader:
+    """Append `batch` to `out` and read its header where it now sits."""
+    position = len(out)
+    out += batch
+    return read_header(out, position)

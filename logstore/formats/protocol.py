@@ -114,6 +114,16 @@ class LogFormat(Protocol):
         """`validate_append(client=True)`, or None when that would cost more than `work_limit` (`check_cost`)."""
         ...
 
+    def recompress_cost(self, info: AppendInfo, compression_type: str) -> int:
+        """What `recompress` to a topic's compression.type would cost, in `check_cost` units (0: nothing to do)."""
+        ...
+
+    def recompress(self, buf: Buffer, info: AppendInfo, compression_type: str, level: int | None, *,
+                   max_batch_size: int = -1) -> AppendInfo:
+        """Validated batches not in the topic's codec (compression.type, Kafka's `level`) rewritten in it, into
+        `AppendInfo.records`; `info` itself when none needs it."""
+        ...
+
     def require_keys(self, buf: Buffer, info: AppendInfo, partition: str) -> None:
         """Refuse a record without a key (compacted topics)."""
         ...

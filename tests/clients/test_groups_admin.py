@@ -518,7 +518,17 @@ def test_cli_reset_offsets_is_a_dry_run_unless_executed_and_only_for_inactive_gr
 
 
 @pytest.mark.parametrize("args, message", [
-    (["list"], "the following arguments are required: --bootstrap-server"),
+    (["list", "--bootstrap-server", "no-port"], "'no-port' is not host:port"),
+    (["--describe"], "--describe needs --group or --all-groups"),
+    (["--list", "--describe"], "exactly one action"),
+    (["--bootstrap-server", "{}", "--reset-offsets", "--group", "g", "--all-topics", "--to-datetime", "yesterday"],
+     "expected YYYY-MM-DDTHH:mm:SS.sss"),
+    (["--bootstrap-server", "{}", "--reset-offsets", "--group", "g", "--all-topics", "--by-duration", "1h"],
+     "expected PnDTnHnMnS"),
+    (["--bootstrap-server", "{}", "--reset-offsets", "--group", "g", "--group", "h", "--all-topics", "--to-latest"],
+     "one --group at a time"),
+    (["--bootstrap-server", "{}", "--describe", "--group", "g", "--to-latest"], "--to-latest goes with --reset"),
+    (["--bootstrap-server", "{}", "--bogus"], "unrecognized arguments: --bogus"),
     (["--bootstrap-server", "{}", "describe"], "the following arguments are required: GROUP"),
     (["--bootstrap-server", "{}", "list", "--state", "Sleeping"], "no group state Sleeping"),
     (["--bootstrap-server", "{}", "describe", "g", "--members", "--state"], "not allowed with argument"),
@@ -526,10 +536,10 @@ def test_cli_reset_offsets_is_a_dry_run_unless_executed_and_only_for_inactive_gr
     (["--bootstrap-server", "{}", "delete-offsets", "g", "t:x"], "partitions must be comma-separated numbers"),
     (["--bootstrap-server", "{}", "reset-offsets", "g", "--to-earliest"],
      "give --topic (repeatable) or --all-topics"),
-    (["--bootstrap-server", "{}", "reset-offsets", "g", "--all-topics"], "one of the arguments --to-earliest"),
+    (["--bootstrap-server", "{}", "reset-offsets", "g", "--all-topics"], "needs exactly one of --to-earliest"),
     (["--bootstrap-server", "{}", "reset-offsets", "g", "--all-topics", "--to-offset", "-3"], "must be >= 0"),
     (["--bootstrap-server", "{}", "reset-offsets", "g", "--all-topics", "--to-latest", "--execute", "--dry-run"],
-     "not allowed with argument"),
+     "--execute or --dry-run, not both"),
     (["--bootstrap-server", "no-port", "list"], "'no-port' is not host:port"),
 ])
 def test_cli_bad_arguments_exit_2_with_a_message(group_broker, args, message):

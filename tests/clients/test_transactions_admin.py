@@ -386,14 +386,16 @@ def test_cli_find_hanging_reports_a_transaction_no_coordinator_knows(start_broke
 
 
 @pytest.mark.parametrize("args, message", [
-    (["list"], "the following arguments are required: --bootstrap-server"),
+    (["list", "--bootstrap-server", "no-port"], "'no-port' is not host:port"),
+    (["--bootstrap-server", "{}", "describe", "--transactional-id", "x", "--bogus"], "unrecognized arguments: --bogus"),
     (["--bootstrap-server", "{}", "describe"], "the following arguments are required: --transactional-id"),
     (["--bootstrap-server", "{}", "find-hanging", "--partition", "0"], "--partition requires --topic"),
     (["--bootstrap-server", "{}", "find-hanging", "--max-transaction-timeout", "-1"], "must be >= 0"),
     (["--bootstrap-server", "{}", "describe-producers", "--topic", "t", "--partition", "x"], "invalid int value"),
     (["--bootstrap-server", "{}", "describe-producers", "--topic", "t", "--partition", "-1"],
      "--partition must be >= 0"),
-    (["--bootstrap-server", "{}", "abort"], "invalid choice"),
+    (["--bootstrap-server", "{}", "abort"], "the following arguments are required: --topic, --partition"),
+    (["--bootstrap-server", "{}", "cancel"], "invalid choice"),
     (["--bootstrap-server", "no-port", "list"], "'no-port' is not host:port"),
 ])
 def test_cli_bad_arguments_exit_2_with_a_message(broker, args, message):

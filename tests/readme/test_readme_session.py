@@ -7,9 +7,10 @@ virtualenv's `logstore` is this checkout's, installed in editable mode, so the
 session exercises the code and the README as they are now, committed or not
 (a `git clone` would leave out uncommitted work in either).
 
-Terminal 1 is the broker as `make run` starts it: `.venv/bin/logstore broker`
-in that directory, with the default settings (127.0.0.1:9092, `./data`).
-Port 9092 must be free. Terminal 2 is one `bash` process: shell blocks are
+Terminal 1 is the broker as `make run` starts it: `.venv/bin/logstore broker
+--override metrics.port=9404` in that directory, with the default settings
+otherwise (127.0.0.1:9092, `./data`). Ports 9092 and 9404 must be free.
+Terminal 2 is one `bash` process: shell blocks are
 sourced into it, in README order, and Python blocks are fed to `python -` in
 it, so `cd` and the README's `. .venv/bin/activate` carry over and `python`
 is whatever that leaves on PATH. `set -eo pipefail` ends the session at the
@@ -38,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 README = REPO / "README.md"
 VENV = REPO / ".venv"
 PORT = 9092
+METRICS_PORT = 9404   # `make run`'s metrics.port
 BROKER_READY = f"logstore broker listening on 127.0.0.1:{PORT}"
 BROKER_START_TIMEOUT = 60.0   # s
 BROKER_STOP_TIMEOUT = 30.0    # s
@@ -51,6 +53,8 @@ def _port_in_use(port: int) -> bool:
         if s.connect_ex(("127.0.0.1", port)) == 0:
             return True
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As the brokers' servers bind: a closed connection's TIME_WAIT on the port does not hold it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:
@@ -95,7 +99,8 @@ class Broker:
     def __init__(self, cwd: Path, env: dict[str, str], log: Path):
         self.log = log
         with open(log, "wb") as err:
-            self.proc = subprocess.Popen([str(cwd / ".venv" / "bin" / "logstore"), "broker"], cwd=cwd, env=env,
+            self.proc = subprocess.Popen([str(cwd / ".venv" / "bin" / "logstore"), "broker", "--override",
+                                          f"metrics.port={METRICS_PORT}"], cwd=cwd, env=env,
                                          stdout=subprocess.PIPE, stderr=err, start_new_session=True)
         try:
             line = _read_line(self.proc.stdout, BROKER_START_TIMEOUT)
@@ -203,9 +208,10 @@ def test_the_readme_runs_as_one_session(tmp_path):
     for tool, why in (("java", "the Spark blocks (Java 17)"), ("kcat", "the kcat blocks (`make kcat`)")):
         if shutil.which(tool, path=_new_terminal_env()["PATH"]) is None:
             pytest.fail(f"{tool} is not on PATH: the README needs it for {why}")
-    if _port_in_use(PORT):
-        pytest.fail(f"port {PORT} is taken (a `make run` broker, or another program): the README's session "
-                    f"needs it, as `make run` does; stop that first")
+    for port in (PORT, METRICS_PORT):
+        if _port_in_use(port):
+            pytest.fail(f"port {port} is taken (a `make run` broker, or another program): the README's session "
+                        f"needs it, as `make run` does; stop that first")
 
     session = tmp_path / "clone"        # the user's clone: the README, and the virtualenv `make` built
     scratch = tmp_path / "session"      # the block files and their output, outside the clone
@@ -253,3 +259,9 @@ def test_the_comparison_conventions():
         parse("```console\n$ ls\n```\n")
     blocks = parse("<!-- not run: set-up -->\n```sh\nmake\n```\n\n```python\nprint(1)\n```\n\n```text\n1\n```\n")
     assert [(b.language, b.not_run, b.expected) for b in blocks] == [("sh", "set-up", None), ("python", None, "1\n")]
+
+
+def test_terminal_one_runs_the_broker_as_make_run_does():
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile[makefile.index("\nrun:"):].splitlines()[2].strip()
+    assert recipe == f"$(BIN)/logstore broker --override metrics.port={METRICS_PORT}"

@@ -100,25 +100,32 @@ REQUIRED: dict[int, tuple[Requirement, ...]] = {
     24: (need(Op.WRITE, RT.TRANSACTIONAL_ID), need(Op.WRITE, RT.TOPIC)),       # AddPartitionsToTxn v0-3
     25: (need(Op.WRITE, RT.TRANSACTIONAL_ID), need(Op.READ, RT.GROUP)),        # AddOffsetsToTxn
     26: (need(Op.WRITE, RT.TRANSACTIONAL_ID),),                                # EndTxn
+    27: (need(Op.CLUSTER_ACTION, RT.CLUSTER),),                                # WriteTxnMarkers
     28: (need(Op.WRITE, RT.TRANSACTIONAL_ID), need(Op.READ, RT.GROUP), need(Op.READ, RT.TOPIC)),  # TxnOffsetCommit
     29: (need(Op.DESCRIBE, RT.CLUSTER),),                                      # DescribeAcls
     30: (need(Op.ALTER, RT.CLUSTER),),                                         # CreateAcls
     31: (need(Op.ALTER, RT.CLUSTER),),                                         # DeleteAcls
     32: (need(Op.DESCRIBE_CONFIGS, RT.TOPIC),),                                # DescribeConfigs (topic)
     33: (need(Op.ALTER_CONFIGS, RT.TOPIC),),                                   # AlterConfigs (topic)
+    35: (need(Op.DESCRIBE, RT.CLUSTER),),                                      # DescribeLogDirs
     36: (),                                                                    # SaslAuthenticate
+    37: (need(Op.ALTER, RT.TOPIC),),                                           # CreatePartitions
     42: (need(Op.DELETE, RT.GROUP),),                                          # DeleteGroups
+    43: (need(Op.ALTER, RT.CLUSTER),),                                         # ElectLeaders
     44: (need(Op.ALTER_CONFIGS, RT.TOPIC),),                                   # IncrementalAlterConfigs (topic)
+    46: (need(Op.DESCRIBE, RT.CLUSTER),),                                      # ListPartitionReassignments
     47: (need(Op.DELETE, RT.GROUP), need(Op.READ, RT.TOPIC)),                  # OffsetDelete
     48: (need(Op.DESCRIBE_CONFIGS, RT.CLUSTER),),                              # DescribeClientQuotas
     49: (need(Op.ALTER_CONFIGS, RT.CLUSTER),),                                 # AlterClientQuotas
     50: (need(Op.DESCRIBE, RT.CLUSTER),),                                      # DescribeUserScramCredentials
     51: (need(Op.ALTER, RT.CLUSTER),),                                         # AlterUserScramCredentials
+    60: (),                          # DescribeCluster (none; DESCRIBE on the CLUSTER shows its operations)
     61: (need(Op.READ, RT.TOPIC),),                                            # DescribeProducers
     65: (need(Op.DESCRIBE, RT.TRANSACTIONAL_ID),),                             # DescribeTransactions
     66: (need(Op.DESCRIBE, RT.TRANSACTIONAL_ID),),                             # ListTransactions (filter)
     68: (need(Op.READ, RT.GROUP),),                                            # ConsumerGroupHeartbeat
     69: (need(Op.DESCRIBE, RT.GROUP),),                                        # ConsumerGroupDescribe
+    75: (need(Op.DESCRIBE, RT.TOPIC),),                                        # DescribeTopicPartitions
 }
 FILTERS = {16, 66}
 NO_ACL = {k for k, v in REQUIRED.items() if not v}
@@ -175,6 +182,10 @@ REQUESTS: dict[int, tuple[int, Callable[[Names], Any]]] = {
                               group_id=n[RT.GROUP])),
     26: (3, lambda n: request(26, 3, transactional_id=n[RT.TRANSACTIONAL_ID], producer_id=123_456, producer_epoch=0,
                               committed=False)),
+    # A topic that does not exist: authorized, the marker is refused after the check and nothing is written.
+    27: (1, lambda n: request(27, 1, markers=[{"producer_id": 123_456, "producer_epoch": 0, "transaction_result": False,
+                                               "coordinator_epoch": 0,
+                                               "topics": [{"name": "absent", "partition_indexes": [0]}]}])),
     28: (3, lambda n: request(28, 3, transactional_id=n[RT.TRANSACTIONAL_ID], group_id=n[RT.GROUP],
                               producer_id=123_456, producer_epoch=0, generation_id=-1, topics=[
                                   {"name": n[RT.TOPIC], "partitions": [{"partition_index": 0, "committed_offset": 0,
@@ -189,10 +200,16 @@ REQUESTS: dict[int, tuple[int, Callable[[Names], Any]]] = {
     32: (4, lambda n: request(32, 4, resources=[{"resource_type": 2, "resource_name": n[RT.TOPIC]}])),
     33: (2, lambda n: request(33, 2, validate_only=True, resources=[
         {"resource_type": 2, "resource_name": n[RT.TOPIC], "configs": [{"name": "retention.ms", "value": "1000"}]}])),
+    35: (4, lambda n: request(35, 4, topics=None)),
+    37: (3, lambda n: request(37, 3, timeout=10_000, validate_only=True, topics=[
+        {"name": n[RT.TOPIC], "count": 3, "assignments": None}])),
     42: (2, lambda n: request(42, 2, groups_names=[n[RT.GROUP]])),
+    43: (2, lambda n: request(43, 2, election_type=0, timeout=10_000, topic_partitions=[
+        {"topic": n[RT.TOPIC], "partitions": [0]}])),
     44: (1, lambda n: request(44, 1, validate_only=True, resources=[
         {"resource_type": 2, "resource_name": n[RT.TOPIC],
          "configs": [{"name": "retention.ms", "config_operation": 0, "value": "1000"}]}])),
+    46: (0, lambda n: request(46, 0, timeout=10_000, topics=None)),
     47: (0, lambda n: request(47, 0, group_id=n[RT.GROUP], topics=[
         {"name": n[RT.TOPIC], "partitions": [{"partition_index": 0}]}])),
     48: (1, lambda n: request(48, 1, components=[], strict=False)),
@@ -207,6 +224,7 @@ REQUESTS: dict[int, tuple[int, Callable[[Names], Any]]] = {
                               rebalance_timeout_ms=10_000, subscribed_topic_names=[], server_assignor=None,
                               topic_partitions=[])),
     69: (0, lambda n: request(69, 0, group_ids=[n[RT.GROUP]])),
+    75: (0, lambda n: request(75, 0, topics=[{"name": n[RT.TOPIC]}], response_partition_limit=2000)),
 }
 
 # Rows of Kafka's table for another form of an API's request: (label, requirements, request of the names).
@@ -217,6 +235,9 @@ VARIANTS: list[Row] = [
 ]
 # InitProducerId without a transactional id: IDEMPOTENT_WRITE on the CLUSTER, or WRITE on any topic.
 IDEMPOTENT = need(Op.IDEMPOTENT_WRITE, RT.CLUSTER)
+# DescribeCluster's bit field of the cluster operations granted by the table's cluster rows (bit n: operation n).
+CLUSTER_GRANTED = sum(1 << op for op in {r.operation for reqs in REQUIRED.values() for r in reqs if
+                                         r.resource_type == RT.CLUSTER} | {IDEMPOTENT.operation})
 
 
 def _login_scram(certs: Certs) -> ClientSecurity:
@@ -344,6 +365,13 @@ def _setup(admin: AdminClient, principal: str, scram: bool) -> None:
         assert set(errors(added)) == {0}
 
 
+def _cluster_operations(client: AdminClient) -> int:
+    """The cluster operations DescribeCluster shows the principal."""
+    described = client.request(request(60, 0, include_cluster_authorized_operations=True))
+    assert described.error_code == 0, described
+    return int(described.cluster_authorized_operations)
+
+
 def _init_without_transactional_id(client: AdminClient) -> int:
     return int(client.request(request(22, 4, transactional_id=None, transaction_timeout=60_000, producer_id=-1,
                                       producer_epoch=-1)).error_code)
@@ -386,6 +414,8 @@ def test_each_api_answers_kafkas_error_without_its_acl_and_passes_with_it(start_
             failures.append(f"ListTransactions showed {sorted(shown_txns)}")
         if (got_init := _init_without_transactional_id(client)) != 0:
             failures.append(f"InitProducerId (no transactional id) with IDEMPOTENT_WRITE answered {got_init}")
+        if (operations := _cluster_operations(client)) != CLUSTER_GRANTED:
+            failures.append(f"DescribeCluster with the cluster ACLs showed operations {operations:#x}")
         assert not failures, "\n".join(failures)
 
         # The admin removes the cluster ACLs: every CLUSTER requirement is then denied, at once.
@@ -406,6 +436,11 @@ def test_each_api_answers_kafkas_error_without_its_acl_and_passes_with_it(start_
         hidden = {t.name for t in shown} & {"no-describe"}
         if hidden or "ok-describe" not in {t.name for t in shown}:
             failures.append(f"Metadata of every topic showed {sorted(t.name for t in shown)}")
+        paged = {t.name for t in client.request(request(75, 0, topics=[], response_partition_limit=2000)).topics}
+        if "no-describe" in paged or "ok-describe" not in paged:
+            failures.append(f"DescribeTopicPartitions of every topic showed {sorted(paged)}")
+        if (operations := _cluster_operations(client)) != 0:
+            failures.append(f"DescribeCluster without DESCRIBE on the CLUSTER showed operations {operations:#x}")
         # InitProducerId without a transactional id: WRITE on some topic stands for IDEMPOTENT_WRITE, until the
         # principal may write no topic at all.
         if (got_init := _init_without_transactional_id(client)) != 0:

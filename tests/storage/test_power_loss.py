@@ -215,7 +215,10 @@ def test_index_entries_written_through_the_map_survive_a_cut_only_once_flushed(t
     assert read(str(tmp_path / "direct")) == entries[:3]
 
 
-def test_the_cleaners_checkpoint_is_the_old_or_the_new_one_after_a_cut_in_a_round(tmp_path):
+# 100 records make 4 segments cleaned into one group (71 boundaries); 400 make 17 segments (305 boundaries,
+# about 3 minutes), swept in `make soak`.
+@pytest.mark.parametrize("records", [100, pytest.param(400, marks=pytest.mark.soak)])
+def test_the_cleaners_checkpoint_is_the_old_or_the_new_one_after_a_cut_in_a_round(tmp_path, records):
     compacted = {"cleanup.policy": "compact", "segment.bytes": 2048, "retention.ms": -1,
                  "min.cleanable.dirty.ratio": 0.1}
     settings = {"log.cleaner.dedupe.buffer.size": 1 << 20}
@@ -223,7 +226,7 @@ def test_the_cleaners_checkpoint_is_the_old_or_the_new_one_after_a_cut_in_a_roun
     def prepare(d):
         with LogManager(d, start_scheduler=False) as store:
             store.create_topic("table", 1, compacted)
-            for i in range(400):
+            for i in range(records):
                 store.log("table").append_records([b"value-%d" % i], keys=[b"key-%d" % (i % 10)])
 
     def write(fs, d):

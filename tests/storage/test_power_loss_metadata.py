@@ -1,7 +1,7 @@
 """Power cuts at every fsync/rename boundary of the small files beside the partitions: the producer-id block,
-Kafka's `meta.properties`, `topic-configs` and `kafka-metadata-applied`. Each is absent, the old version or
-the new one after a cut, never torn, and the new one once its write returned; no producer id handed out
-before a cut is handed out again after it.
+Kafka's `meta.properties`, `topic-configs`, `kafka-metadata-applied` and `broker-configs`. Each is absent,
+the old version or the new one after a cut, never torn, and the new one once its write returned; no
+producer id handed out before a cut is handed out again after it.
 
 Each case runs its workload once on a `FaultFileSystem` to count the boundaries, then, from the same
 starting directory, cuts the power at each boundary in turn (and once after the last) in both legal
@@ -21,9 +21,13 @@ import pytest
 
 from fault_fs import FaultFileSystem, SimulatedPowerLoss
 from logstore.broker.config import BrokerConfig
+from logstore.broker.dynamic_config import BROKER_CONFIGS_FILE, DynamicConfigs, read_dynamic_configs
 from logstore.broker.node import META_PROPERTIES, Node
 from logstore.broker.producer_ids import BLOCK_SIZE, FILE_NAME, ProducerIdAllocator
+from logstore.broker.reconfigure import alter_broker_configs
 from logstore.cluster_metadata import ClusterMetadata
+from logstore.config import LogConfig
+from logstore.errors import StorageError
 from logstore.kafka_metadata import APPLIED_FILE, KafkaMetadata, applied_state, record_applied
 from logstore.manager import LogManager
 from logstore.topics import TOPIC_CONFIGS_FILE, read_topic_configs
@@ -221,3 +225,68 @@ def test_the_applied_metadata_state_is_the_old_or_the_new_one_after_a_cut(tmp_pa
 
     total = _sweep(tmp_path, prepare, lambda fs, d, journal: record_applied(_dirs(d), NEW, fs), check)
     assert total == len(LOG_DIRS) * 3
+
+
+# -- broker-configs ----------------------------------------------------------------------------
+
+# What `broker-configs` holds (by generation) after each dynamic change of the workload.
+BROKER_STATES = [
+    {},
+    {"": {"log.retention.ms": "1000"}},
+    {"": {"log.retention.ms": "1000"}, "1": {"message.max.bytes": "3000"}},
+    {"1": {"message.max.bytes": "3000"}},
+]
+CHANGES = [("", {"log.retention.ms": "1000"}), ("1", {"message.max.bytes": "3000"}), ("", {})]
+
+
+def _broker_config(d: str) -> BrokerConfig:
+    return BrokerConfig.from_properties({"log.dirs": ",".join(_dirs(d))})
+
+
+def test_dynamic_broker_configs_are_the_old_or_the_new_ones_after_a_cut(tmp_path):
+    def prepare(d):
+        with LogManager(_dirs(d), start_scheduler=False) as store:
+            store.create_topic("plain", 1)
+
+    def run(fs, d, journal):
+        config = _broker_config(d)
+        store = LogManager(config.log_dirs, config.log_config, start_scheduler=False, fs=fs)
+        journal["returned"] = 0
+        for resource, wanted in CHANGES:
+            alter_broker_configs(config, store, resource, wanted)
+            journal["returned"] += 1
+
+    def check(d, journal, finished, where):
+        returned = journal.get("returned", 0)
+        for log_dir in _dirs(d):
+            copy = read_dynamic_configs([log_dir])   # whole, or raises
+            assert copy.resources == BROKER_STATES[copy.generation], f"{where}: {copy} in {log_dir}"
+        config = _broker_config(d)
+        assert config.dynamic.resources in BROKER_STATES[returned:returned + 2], \
+            f"{where}: {returned} changes returned, found {config.dynamic.resources}"
+        if finished:
+            assert config.dynamic.resources == BROKER_STATES[-1], where
+        # The store a restarted broker opens runs with what the file says.
+        with LogManager(config.log_dirs, config.log_config, start_scheduler=False) as store:
+            expected = LogConfig.from_properties({"log.retention.ms": 1000} if "" in config.dynamic.resources
+                                                 else {}).retention_ms
+            assert store.log("plain").config.retention_ms == expected, where
+
+    # The open removes each log dir's clean-shutdown marker; each change replaces both copies (tmp fsync,
+    # rename, directory fsync each).
+    assert _sweep(tmp_path, prepare, run, check) == len(LOG_DIRS) + len(CHANGES) * len(LOG_DIRS) * 3
+
+
+def test_a_dynamic_change_whose_file_fails_applies_nothing_and_its_generation_is_not_reused(tmp_path):
+    config = _broker_config(str(tmp_path))
+    fs = FaultFileSystem()
+    with LogManager(config.log_dirs, config.log_config, start_scheduler=False, fs=fs) as store:
+        store.create_topic("plain", 1)
+        # The second log dir's copy cannot be written: the first already holds generation 1.
+        fs.fail_write(os.path.join(config.log_dirs[1], BROKER_CONFIGS_FILE) + "*")
+        with pytest.raises(StorageError):
+            alter_broker_configs(config, store, "1", {"log.retention.ms": "1000"})
+        assert (config.dynamic.resources, store.log("plain").config.retention_ms) == ({}, 7 * 24 * 3_600_000)
+        alter_broker_configs(config, store, "1", {"log.retention.ms": "2000"})
+        assert store.log("plain").config.retention_ms == 2000
+    assert _broker_config(str(tmp_path)).dynamic == DynamicConfigs(2, {"1": {"log.retention.ms": "2000"}})

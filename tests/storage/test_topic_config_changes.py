@@ -99,12 +99,15 @@ def test_validate_only_answers_the_config_but_changes_nothing(tmp_path):
             store.alter_topic_config("t", {"cleanup.policy": "nothing"}, validate_only=True)
 
 
-def test_values_are_checked_before_the_topic_exists_as_kafka_does(tmp_path):
+def test_an_unknown_topic_is_refused_before_its_values_are_checked(tmp_path):
+    # Issue 27: Kafka's tools see the unknown topic first, whatever the configs asked.
     with logstore.open(str(tmp_path), start_scheduler=False) as store:
+        for asked in ({"retention.ms": "soon"}, {"no.such.config": 1}, {"retention.ms": 1000}):
+            with pytest.raises(UnknownTopicOrPartitionError, match="The topic 'missing' does not exist."):
+                store.alter_topic_config("missing", asked)
+        store.create_topic("present")
         with pytest.raises(InvalidConfigError):
-            store.alter_topic_config("missing", {"retention.ms": "soon"})
-        with pytest.raises(UnknownTopicOrPartitionError, match="The topic 'missing' does not exist."):
-            store.alter_topic_config("missing", {"retention.ms": 1000})
+            store.alter_topic_config("present", {"retention.ms": "soon"})
         with pytest.raises(InvalidTopicError):
             store.alter_topic_config("../x", {"retention.ms": 1000})
         assert not (tmp_path / TOPIC_CONFIGS_FILE).exists()
@@ -180,3 +183,13 @@ def test_default_max_compaction_lag_is_long_max():
                                               "log.cleaner.max.compaction.lag.ms": "6"})
     assert (broker_named.min_cleanable_dirty_ratio, broker_named.delete_retention_ms,
             broker_named.min_compaction_lag_ms, broker_named.max_compaction_lag_ms) == (0.75, 10, 5, 6)
+
+
+def test_configs_kafka_4_removed_are_taken_and_dropped(tmp_path):
+    with logstore.open(str(tmp_path), start_scheduler=False) as store:
+        store.create_topic("t")
+        store.alter_topic_config("t", {"message.format.version": "2.8-IV1", "message.downconversion.enable": "false",
+                                       "retention.ms": 1000})
+        assert store.topic_overrides("t") == {"retention.ms": 1000}
+        store.alter_topic_config("t", {"message.format.version": None})   # deleting one is a no-op too
+        assert store.topic_overrides("t") == {"retention.ms": 1000}
