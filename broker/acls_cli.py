@@ -24,12 +24,19 @@ them).
 --command-config FILE is Kafka's client properties for a secured listener
 (TLS, SASL PLAIN or SCRAM: `logstore.broker.client_security`).
 
+--json prints one document instead: `{"acls": [binding, ...]}` for --list
+(every matching ACL, or a principal's with --principal), `{"added": [...]}`
+and `{"removed": [...]}` (what DeleteAcls matched; --json --remove needs
+--force), each binding `{"resourceType", "resourceName", "patternType",
+"principal", "host", "operation", "permissionType"}` with Kafka's enum names.
+
 Exit status: 0 done; 1 the broker refused (its Kafka error on stderr);
 2 bad arguments, or no broker at --bootstrap-server.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol, TextIO
@@ -94,6 +101,8 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError("You must provide at least one resource: --topic <topic> or --cluster or --group <group>")
         if args.add and any(not entries for entries in acls.values()):
             raise UsageError("You must specify one of: --allow-principal, --deny-principal when trying to add ACLs.")
+    if args.remove and args.as_json and not args.force:
+        raise UsageError("--json with --remove needs --force: there is no terminal dialogue in a JSON document")
     if args.remove and not args.force and not sys.stdin.isatty():
         raise UsageError("not removing without --force: stdin is not a terminal to confirm on")
 
@@ -192,21 +201,39 @@ def _describe(client: AdminClient, wanted: AclBindingFilter) -> list[AclBinding]
             for r in response.resources for a in r.acls]
 
 
+def _binding_json(pattern: Pattern, entry: Entry) -> dict[str, str]:
+    resource_type, name, pattern_type = pattern
+    principal, host, operation, permission = entry
+    return {"resourceType": resource_type.name, "resourceName": name, "patternType": pattern_type.name,
+            "principal": principal, "host": host, "operation": operation.name, "permissionType": permission.name}
+
+
+def _dump(key: str, bindings: Iterable[tuple[Pattern, Entry]], out: TextIO) -> None:
+    json.dump({key: [_binding_json(pattern, entry) for pattern, entry in bindings]}, out)
+    out.write("\n")
+
+
 def _add(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     pattern_type = PatternType[args.resource_pattern_type.upper()]
+    added: list[tuple[Pattern, Entry]] = []
     for (resource_type, name), entries in _resource_acls(args).items():
-        out.write(f"Adding ACLs for resource `{pattern_text(resource_type, name, pattern_type)}`: \n"
-                  f"{_lines(entries)} \n\n")
+        if not args.as_json:
+            out.write(f"Adding ACLs for resource `{pattern_text(resource_type, name, pattern_type)}`: \n"
+                      f"{_lines(entries)} \n\n")
         response: CreateAclsResponse = client.request(CreateAclsRequest(creations=tuple(AclCreation(
             resource_type=i8(resource_type), resource_name=name, resource_pattern_type=i8(pattern_type),
             principal=principal, host=host, operation=i8(operation), permission_type=i8(permission))
             for principal, host, operation, permission in sorted(entries))))
         _check_errors(*response.results)
+        added += [((resource_type, name, pattern_type), entry) for entry in sorted(entries)]
+    if args.as_json:
+        _dump("added", added, out)
     return 0
 
 
 def _remove(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     pattern_type = PatternType[args.resource_pattern_type.upper()]
+    removed: list[tuple[Pattern, Entry]] = []
     for (resource_type, name), entries in _resource_acls(args).items():
         where = pattern_text(resource_type, name, pattern_type)
         question = (f"Are you sure you want to delete all ACLs for resource filter `{where}`? (y/n)" if not entries
@@ -223,6 +250,11 @@ def _remove(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
             principal_filter=principal, host_filter=host, operation=i8(operation), permission_type=i8(permission))
             for principal, host, operation, permission in filters)))
         _check_errors(*response.filter_results)
+        removed += [((ResourceType(m.resource_type), m.resource_name, PatternType(m.pattern_type)),
+                     (m.principal, m.host, AclOperation(m.operation), AclPermissionType(m.permission_type)))
+                    for result in response.filter_results for m in result.matching_acls]
+    if args.as_json:
+        _dump("removed", removed, out)
     return 0
 
 
@@ -234,6 +266,11 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     for binding_filter in wanted:
         for b in _describe(client, binding_filter):
             grouped.setdefault(b.pattern, set()).add((b.principal, b.host, b.operation, b.permission))
+    if args.as_json:
+        wanted_principals = {p.strip() for p in args.principal}
+        _dump("acls", ((pattern, entry) for pattern, entries in grouped.items() for entry in sorted(entries)
+                       if not wanted_principals or entry[0] in wanted_principals), out)
+        return 0
     sections = [("", grouped)] if not args.principal else [
         (f"ACLs for principal `{p.strip()}`\n", {k: {e for e in v if e[0] == p.strip()} for k, v in grouped.items()})
         for p in args.principal]

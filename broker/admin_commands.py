@@ -150,11 +150,13 @@ def _add_groups(commands: _Commands[P]) -> None:
                        ("--describe", "describe --group G (repeatable) or --all-groups"),
                        ("--delete", "delete --group G (repeatable) or --all-groups, which must have no members"),
                        ("--delete-offsets", "delete one --group's offsets of --topic T[:P,...]"),
-                       ("--reset-offsets", "reset one --group's offsets (a dry run unless --execute)")):
+                       ("--reset-offsets", "reset --group G's offsets (repeatable, or --all-groups; a dry run unless "
+                                            "--execute)")):
         parser.add_argument(flag, dest="do_" + flag[2:].replace("-", "_"), action="store_true", help=what)
     parser.add_argument("--group", dest="group_ids", action="append", default=[], metavar="GROUP",
                         help="the group to act on (repeatable)")
-    parser.add_argument("--all-groups", action="store_true", help="every group (--describe, --delete)")
+    parser.add_argument("--all-groups", action="store_true", help="every group (--describe, --delete, "
+                                                                    "--reset-offsets)")
     parser.add_argument("--topic", dest="topics", action="append", default=None, metavar="TOPIC[:PARTITION,...]",
                         help="a topic (all its partitions) or some of its partitions (repeatable)")
     parser.add_argument("--all-topics", action="store_true",
@@ -219,9 +221,7 @@ def _add_acls(commands: _Commands[P]) -> None:
                     "DescribeAcls and DeleteAcls and kafka-acls' flags and output.",
         epilog="Exit status: 0 done; 1 the broker refused (its Kafka error on stderr); 2 bad arguments, or no "
                "broker at --bootstrap-server. See `python -m pydoc logstore.broker.acls_cli`.")
-    parser.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, metavar="HOST:PORT",
-                        help=f"the broker to ask (default {DEFAULT_BOOTSTRAP})")
-    parser.add_argument("--command-config", metavar="FILE", help=COMMAND_CONFIG_HELP)
+    _connection_options(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--add", action="store_true", help="add ACLs")
     action.add_argument("--remove", action="store_true", help="remove ACLs")

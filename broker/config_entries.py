@@ -29,7 +29,14 @@ from itertools import dropwhile
 from typing import Any
 
 from logstore.broker.config import BROKER_SETTINGS, LONG_SETTINGS, BrokerConfig
-from logstore.broker.dynamic_config import CLUSTER_DEFAULT, CONNECTION_CONFIGS, DYNAMIC_CONFIGS, NEXT_START, NO_EFFECT
+from logstore.broker.dynamic_config import (
+    CLEANER_CONFIGS,
+    CLUSTER_DEFAULT,
+    CONNECTION_CONFIGS,
+    DYNAMIC_CONFIGS,
+    NEXT_START,
+    NO_EFFECT,
+)
 from logstore.config import TOPIC_CONFIG_DOCS, TOPIC_CONFIGS
 from logstore.manager import LogManager
 
@@ -159,6 +166,10 @@ def _broker_doc(name: str) -> str:
         return doc + (f" No effect on this broker: {described.no_effect}." if described.no_effect else "")
     if name in NO_EFFECT:
         return f"Kafka's {name}, kept and shown. No effect on this broker: {NO_EFFECT[name][2]}."
+    if name == "log.cleaner.threads":
+        return "Changed at run time within Kafka's bounds and kept; one cleaner thread runs whatever it says."
+    if name in CLEANER_CONFIGS:
+        return "Changed at run time: the log cleaner's next round takes it."
     if name in NEXT_START:
         return f"Changed at run time, {NEXT_START[name]}."
     if name in CONNECTION_CONFIGS:

@@ -16,8 +16,11 @@ names), each with its effect here:
 - `max.connections`, `max.connections.per.ip`,
   `max.connections.per.ip.overrides`: the next connections accepted;
 - `producer.id.expiration.ms`: the next expiry check of every partition;
-- the cleaner's (`log.cleaner.threads`, buffer sizes, backoff) and
-  `num.recovery.threads.per.data.dir`: kept, and taken at the next start
+- the cleaner's buffer sizes and backoff: its next round (`CLEANER_CONFIGS`;
+  a round under way is aborted, as Kafka restarts its cleaner threads);
+  `log.cleaner.threads` checked as Kafka checks it and kept (one cleaner
+  thread runs whatever it says);
+- `num.recovery.threads.per.data.dir`: kept, and taken at the next start
   (`NEXT_START`);
 - Kafka's thread counts and replication throttles, which mean nothing on one
   asyncio node: kept and shown, with no effect (`NO_EFFECT`).
@@ -47,10 +50,10 @@ from logstore.checkpoints import CorruptCheckpointError
 from logstore.config import BROKER_NAMES, INT_MAX, LONG_MAX
 from logstore.filesystem import OS, FileSystem
 from logstore.generation_files import GenerationFile
-from logstore.log_cleaner import CLEANER_DEFAULTS
+from logstore.log_cleaner import CLEANER_DEFAULTS, LIVE_CLEANER_SETTINGS
 
-__all__ = ["BROKER_CONFIGS_FILE", "CLUSTER_DEFAULT", "CONNECTION_CONFIGS", "DYNAMIC_CONFIGS", "LOG_CONFIGS",
-           "NEXT_START", "NO_EFFECT", "DynamicConfigs", "read_dynamic_configs", "write_dynamic_configs"]
+__all__ = ["BROKER_CONFIGS_FILE", "CLEANER_CONFIGS", "CLUSTER_DEFAULT", "CONNECTION_CONFIGS", "DYNAMIC_CONFIGS",
+           "LOG_CONFIGS", "NEXT_START", "NO_EFFECT", "DynamicConfigs", "read_dynamic_configs", "write_dynamic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -67,10 +70,9 @@ CONNECTION_CONFIGS = frozenset({"max.connections", "max.connections.per.ip", "ma
 PRODUCER_STATE_CONFIGS = frozenset({"producer.id.expiration.ms"})
 # Kafka's LogCleaner.RECONFIGURABLE_CONFIGS that exist here, and DynamicThreadPool's recovery threads: Kafka
 # restarts its cleaner threads or resizes the pool; here the cleaner and the loader take them when they start.
+# Kafka's LogCleaner.RECONFIGURABLE_CONFIGS that exist here.
+CLEANER_CONFIGS = LIVE_CLEANER_SETTINGS | frozenset({"log.cleaner.threads"} & set(CLEANER_DEFAULTS))
 NEXT_START: dict[str, str] = {
-    **{name: "the log cleaner takes it when the broker next starts" for name in (
-        "log.cleaner.threads", "log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
-        "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms") if name in CLEANER_DEFAULTS},
     "num.recovery.threads.per.data.dir": "partitions are loaded (recovered) only when the broker starts",
 }
 _ASYNCIO = "requests are served by one asyncio event loop, and blocking work by pools of fixed size"
@@ -89,7 +91,7 @@ NO_EFFECT: dict[str, tuple[int, str, str]] = {
 # Thread counts Kafka keeps within half and double of the current value (DynamicThreadPool, SocketServer).
 THREAD_COUNTS = frozenset({"num.io.threads", "num.network.threads", "background.threads", "num.replica.fetchers",
                            "num.recovery.threads.per.data.dir"})
-DYNAMIC_CONFIGS = (LOG_CONFIGS | CONNECTION_CONFIGS | PRODUCER_STATE_CONFIGS | frozenset(NEXT_START)
+DYNAMIC_CONFIGS = (LOG_CONFIGS | CONNECTION_CONFIGS | PRODUCER_STATE_CONFIGS | CLEANER_CONFIGS | frozenset(NEXT_START)
                    | frozenset(NO_EFFECT))
 
 

@@ -50,12 +50,12 @@ def _from_flags(args: argparse.Namespace) -> str:
         args.list_style = "names" if args.list_state is None else "states"
     elif args.list_state:
         raise UsageError("--state takes a value only with --list")
-    if args.all_groups and command not in ("describe", "delete"):
-        raise UsageError(f"--all-groups goes with --describe or --delete, not --{command}")
+    with_all = ("describe", "delete", "reset-offsets")
+    if args.all_groups and command not in with_all:
+        raise UsageError(f"--all-groups goes with --describe, --delete or --reset-offsets, not --{command}")
     if command != "list" and not args.all_groups and not args.group_ids:
-        raise UsageError(f"--{command} needs --group" + (" or --all-groups" if command in ("describe", "delete")
-                                                          else ""))
-    if command in ("delete-offsets", "reset-offsets") and len(args.group_ids) != 1:
+        raise UsageError(f"--{command} needs --group" + (" or --all-groups" if command in with_all else ""))
+    if command == "delete-offsets" and len(args.group_ids) != 1:
         raise UsageError(f"--{command} works on one --group at a time")
     if command == "delete-offsets" and not args.topics:
         raise UsageError("--delete-offsets needs --topic")

@@ -62,6 +62,9 @@ prints one JSON document instead (null for "-"):
                      "partitions": [{"topic": str, "partition": int | null, "error": str | null}]}
     reset-offsets:  {"groupId": str, "executed": bool,
                      "offsets": [{"topic": str, "partition": int, "newOffset": int}]}
+                    (one document a line per group: --reset-offsets takes several
+                    --group or --all-groups; a group that is not inactive is said on
+                    stderr, left as it is, and makes the exit status 1)
 
 Exit status: 0 done; 1 the broker answered with an error (its Kafka name
 on stderr), or a group to describe does not exist, or a reset was refused;
@@ -419,9 +422,8 @@ def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) 
 
 
 def _reset_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
-    (group_id,) = args.group_ids
-    (group,) = _describe_groups(client, [group_id])
-    return reset_offsets(client, group_id, group.state, args, out)
+    return reset_offsets(client, [(g.group_id, g.state) for g in _describe_groups(client, _group_ids(client, args))],
+                         args, out)
 
 
 COMMANDS: dict[str, Callable[[AdminClient, argparse.Namespace, TextIO], int]] = {

@@ -26,6 +26,7 @@ import re
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TextIO
 
@@ -209,22 +210,32 @@ def _commit(client: AdminClient, group_id: str, offsets: dict[TopicPartition, in
                                         f"{committed.partition_index}")
 
 
-def reset_offsets(client: AdminClient, group_id: str, state: str, args: argparse.Namespace, out: TextIO) -> int:
-    """Work out (and with --execute commit) one group's new offsets; print Kafka's table or the JSON."""
-    if state not in INACTIVE:
-        raise BrokerError(f"Assignments can only be reset if the group '{group_id}' is inactive, but the current "
-                          f"state is {state}.")
-    partitions = _partitions(client, group_id, args)
-    found = _new_offsets(client, group_id, target_of(args), args, partitions)
-    new = {tp: found[tp] for tp in partitions}
-    if args.execute and new:
-        _commit(client, group_id, new)
-    elif not args.execute and not args.dry_run and not args.as_json:
+def reset_offsets(client: AdminClient, groups: Sequence[tuple[str, str]], args: argparse.Namespace,
+                  out: TextIO) -> int:
+    """Work out (and with --execute commit) each group's new offsets, given its state; print Kafka's one table
+    (or a JSON document per group, a line each); 1 if a group was not inactive (said on stderr), else 0."""
+    rows: list[list[object]] = []
+    refused = committed = 0
+    for group_id, state in groups:
+        if state not in INACTIVE:
+            # As Kafka's tool: this group is left as it is, the others are still reset.
+            print(f"{PROG}: Assignments can only be reset if the group '{group_id}' is inactive, but the current "
+                  f"state is {state}.", file=sys.stderr)
+            refused += 1
+            continue
+        partitions = _partitions(client, group_id, args)
+        found = _new_offsets(client, group_id, target_of(args), args, partitions)
+        new = {tp: found[tp] for tp in partitions}
+        if args.execute and new:
+            _commit(client, group_id, new)
+            committed += 1
+        if args.as_json:
+            json.dump({"groupId": group_id, "executed": bool(args.execute and new),
+                       "offsets": [{"topic": t, "partition": p, "newOffset": o} for (t, p), o in new.items()]}, out)
+            print(file=out)
+        rows += [[group_id, t, p, o] for (t, p), o in new.items()]
+    if not args.execute and not args.dry_run and not args.as_json and refused < len(groups):
         print(f"{PROG}: a dry run: nothing was committed (add --execute to commit these offsets)", file=sys.stderr)
-    if args.as_json:
-        json.dump({"groupId": group_id, "executed": bool(args.execute and new),
-                   "offsets": [{"topic": t, "partition": p, "newOffset": o} for (t, p), o in new.items()]}, out)
-        print(file=out)
-    else:
-        print_table(RESET_HEADERS, [[group_id, t, p, o] for (t, p), o in new.items()], out)
-    return 0
+    if not args.as_json and refused < len(groups):
+        print_table(RESET_HEADERS, rows, out)
+    return 1 if refused else 0

@@ -43,12 +43,13 @@ from logstore.broker.dynamic_config import (
 from logstore.broker.security_config import parse_listener_setting
 from logstore.config import LogConfig
 from logstore.errors import InvalidConfigError, InvalidRequestError
+from logstore.log_cleaner import LIVE_CLEANER_SETTINGS
 from logstore.manager import SCHEDULE_DEFAULTS, LogManager
 
 __all__ = ["alter_broker_configs", "current_value", "is_known"]
 
 # What the store takes of the broker settings (LogManager's `settings`).
-_STORE_SETTINGS = frozenset(SCHEDULE_DEFAULTS)
+_STORE_SETTINGS = frozenset(SCHEDULE_DEFAULTS) | LIVE_CLEANER_SETTINGS
 
 
 def current_value(config: BrokerConfig, name: str) -> Any:

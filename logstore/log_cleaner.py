@@ -54,6 +54,9 @@ CLEANER_DEFAULTS: dict[str, object] = {
     "log.cleaner.io.buffer.size": 512 * 1024,
     "log.cleaner.backoff.ms": 15_000,
 }
+# Those a running cleaner takes at once (`LogCleaner.reconfigure`), as Kafka's RECONFIGURABLE_CONFIGS.
+LIVE_CLEANER_SETTINGS = frozenset({"log.cleaner.dedupe.buffer.size", "log.cleaner.io.buffer.load.factor",
+                                   "log.cleaner.io.buffer.size", "log.cleaner.backoff.ms"})
 
 
 def _read_state(log_dir: str, fs: FileSystem) -> dict[str, dict[str, dict[str, Any]]]:
@@ -152,6 +155,19 @@ class LogCleaner:
         self._started = 0
         self._round_done = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+
+    def reconfigure(self, settings: Mapping[str, Any]) -> None:
+        """Run the next rounds with new buffer sizes and backoff (Kafka's LogCleaner.reconfigure, which restarts
+        its threads): a round under way is aborted (it is cleaned again, whole, by the next)."""
+        cleaner = Cleaner(int(settings["log.cleaner.dedupe.buffer.size"]),
+                          float(settings["log.cleaner.io.buffer.load.factor"]),
+                          clock=self._clock, should_stop=self._stopping,
+                          io_buffer_bytes=int(settings["log.cleaner.io.buffer.size"]), fs=self._fs)
+        with self.paused():
+            self._cleaner = cleaner
+            self._backoff_s = int(settings["log.cleaner.backoff.ms"]) / 1000
+        # A wait already under way took the old backoff: the next one takes the new.
+        self._wake.set()
 
     def start(self) -> None:
         """Run rounds in a daemon thread until `stop()`."""
@@ -356,6 +372,11 @@ class LogCleaner:
         clean = sum(s.size for s in covering(segments, 0, first_dirty))
         dirty = sum(s.size for s in covering(segments[:-1], first_dirty, segments[-1].base_offset))
         return dirty / (clean + dirty) if clean + dirty else 0.0
+
+    def await_cleanings(self, count: int, timeout_s: float) -> bool:
+        """Wait, without waking the cleaner, until `count` rounds since the store opened have cleaned a log."""
+        with self._lock:
+            return self._round_done.wait_for(lambda: self.cleanings >= count, timeout_s)
 
     def await_round(self, timeout_s: float) -> bool:
         """Wake the cleaner and wait until it finished a round that started after this call."""

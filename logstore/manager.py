@@ -65,7 +65,13 @@ from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.kafka_metadata import METADATA_TOPIC, KafkaMetadata, applied_state, read_kafka_metadata, record_applied
 from logstore.kafka_metadata import topic_overrides as kafka_topic_overrides
 from logstore.log import Log
-from logstore.log_cleaner import CLEANER_CHECKPOINT, CLEANER_DEFAULTS, CLEANER_STATE, LogCleaner
+from logstore.log_cleaner import (
+    CLEANER_CHECKPOINT,
+    CLEANER_DEFAULTS,
+    CLEANER_STATE,
+    LIVE_CLEANER_SETTINGS,
+    LogCleaner,
+)
 from logstore.log_dir_failures import LogDirFailureChannel, write_failed
 from logstore.partition_growth import make_partitions, write_missing_metadata
 from logstore.topics import (
@@ -402,7 +408,8 @@ class LogManager:
         new value at once. Every topic's new config is checked before any is swapped (InvalidConfigError
         naming the topic: an override may conflict with a new default); `validate_only` stops there.
         `settings`: new values of the store's broker settings, of which `producer.id.expiration.ms` applies
-        at once to every partition (the others at the next start)."""
+        at once to every partition and the cleaner's buffer sizes and backoff to its next round (the others at
+        the next start)."""
         with self._lock:
             self._check_open()
             bases = {t: default_config.with_overrides(c) for t, c in self._topic_defaults.items()}
@@ -415,6 +422,7 @@ class LogManager:
             if validate_only:
                 return
             self.default_config, self._topic_bases = default_config, bases
+            changed = {name for name, value in (settings or {}).items() if self.settings.get(name) != value}
             self.settings = {**self.settings, **(settings or {})}
             expiration_ms = int(self.settings["producer.id.expiration.ms"])
             logs = list(self._logs.items())
@@ -424,6 +432,8 @@ class LogManager:
                 for (topic, _), opened in logs:
                     opened.config = configs[topic]
                     opened.producers.expiration_ms = expiration_ms
+            if changed & LIVE_CLEANER_SETTINGS:
+                self.cleaner.reconfigure(self.settings)
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, topic_id: bytes | None = None) -> TopicInfo:

@@ -172,6 +172,30 @@ def test_reset_of_a_live_group_is_refused(scene):
                        "--execute"), 1, "Assignments can only be reset if the group 'gf-live' is inactive")
 
 
+def test_reset_of_several_groups_resets_the_inactive_ones_and_says_which_are_not(scene):
+    commit_as_admin(scene, "gf-many-a", {0: 0, 1: 0})
+    commit_as_admin(scene, "gf-many-b", {0: 1})
+    done = cli(scene, "groups", "--reset-offsets", "--group", "gf-many-a", "--group", "gf-live", "--group",
+               "gf-many-b", "--topic", TOPIC, "--to-latest", "--execute")
+    assert done.returncode == 1   # gf-live has a member: left as it is, said on stderr, the others reset
+    assert done.stderr.splitlines() == ["logstore groups: Assignments can only be reset if the group 'gf-live' is "
+                                        "inactive, but the current state is Stable."]
+    header, rows = table(done.stdout)
+    assert header == ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
+    assert sorted(tuple(r) for r in rows) == [("gf-many-a", TOPIC, "0", "3"), ("gf-many-a", TOPIC, "1", "2"),
+                                              ("gf-many-b", TOPIC, "0", "3"), ("gf-many-b", TOPIC, "1", "2")]
+    assert committed(scene, "gf-many-a") == committed(scene, "gf-many-b") == {0: 3, 1: 2}
+    # --all-groups, as JSON lines: one document per inactive group, nothing committed without --execute.
+    every = cli(scene, "groups", "--reset-offsets", "--all-groups", "--topic", f"{TOPIC}:0", "--to-earliest",
+                "--json")
+    assert every.returncode == 1 and "'gf-live' is inactive" in every.stderr
+    documents = {d["groupId"]: d for d in map(json.loads, every.stdout.splitlines())}
+    assert "gf-live" not in documents
+    assert documents["gf-many-a"] == {"groupId": "gf-many-a", "executed": False,
+                                      "offsets": [{"topic": TOPIC, "partition": 0, "newOffset": 0}]}
+    assert committed(scene, "gf-many-a") == {0: 3, 1: 2}
+
+
 def test_delete_offsets_and_delete_with_flags(scene):
     commit_as_admin(scene, "gf-del", {0: 1, 1: 1})
     done = cli(scene, "groups", "--delete-offsets", "--group", "gf-del", "--topic", f"{TOPIC}:0")

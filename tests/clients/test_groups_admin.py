@@ -525,8 +525,10 @@ def test_cli_reset_offsets_is_a_dry_run_unless_executed_and_only_for_inactive_gr
      "expected YYYY-MM-DDTHH:mm:SS.sss"),
     (["--bootstrap-server", "{}", "--reset-offsets", "--group", "g", "--all-topics", "--by-duration", "1h"],
      "expected PnDTnHnMnS"),
-    (["--bootstrap-server", "{}", "--reset-offsets", "--group", "g", "--group", "h", "--all-topics", "--to-latest"],
+    (["--bootstrap-server", "{}", "--delete-offsets", "--group", "g", "--group", "h", "--topic", "t"],
      "one --group at a time"),
+    (["--bootstrap-server", "{}", "--list", "--all-groups"], "--all-groups goes with --describe, --delete or "
+                                                            "--reset-offsets"),
     (["--bootstrap-server", "{}", "--describe", "--group", "g", "--to-latest"], "--to-latest goes with --reset"),
     (["--bootstrap-server", "{}", "--bogus"], "unrecognized arguments: --bogus"),
     (["--bootstrap-server", "{}", "describe"], "the following arguments are required: GROUP"),

@@ -2,6 +2,7 @@
 against CreateAcls, DescribeAcls and DeleteAcls."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,30 @@ def test_producer_and_consumer_conveniences(acl_broker):
         assert line in listed, listed
     only = acls(acl_broker, "--list", "--principal", "User:carol").stdout
     assert only.startswith("ACLs for principal `User:carol`") and "User:bob" not in only
+
+
+def test_json_documents_of_add_list_and_remove(acl_broker):
+    def binding(name: str, principal: str, operation: str, permission: str = "ALLOW") -> dict[str, str]:
+        return {"resourceType": "TOPIC", "resourceName": name, "patternType": "LITERAL", "principal": principal,
+                "host": "*", "operation": operation, "permissionType": permission}
+
+    added = acls(acl_broker, "--json", "--add", "--allow-principal", "User:alice", "--operation", "Read",
+                 "--operation", "Write", "--topic", "j")
+    assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout) == {"added": [binding("j", "User:alice", "READ"),
+                                                  binding("j", "User:alice", "WRITE")]}
+    assert acls(acl_broker, "--add", "--deny-principal", "User:bob", "--operation", "Read", "--topic", "j",
+                "--json").returncode == 0   # --json after the action, as anywhere
+    listed = acls(acl_broker, "--list", "--topic", "j", "--principal", "User:bob", "--json")
+    assert json.loads(listed.stdout) == {"acls": [binding("j", "User:bob", "READ", "DENY")]}
+    refused = acls(acl_broker, "--remove", "--topic", "j", "--json")
+    assert refused.returncode == 2 and "--json with --remove needs --force" in refused.stderr
+    removed = acls(acl_broker, "--remove", "--topic", "j", "--allow-principal", "User:alice", "--operation", "Write",
+                   "--force", "--json")
+    assert json.loads(removed.stdout) == {"removed": [binding("j", "User:alice", "WRITE")]}
+    left = acls(acl_broker, "--list", "--topic", "j", "--json")
+    assert sorted(map(json.dumps, json.loads(left.stdout)["acls"])) == sorted(map(json.dumps, [
+        binding("j", "User:alice", "READ"), binding("j", "User:bob", "READ", "DENY")]))
 
 
 @pytest.mark.parametrize(("args", "message"), [

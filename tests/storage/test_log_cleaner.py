@@ -48,6 +48,30 @@ def test_the_background_cleaner_compacts_due_logs_only(tmp_path):
     assert (tmp_path / CLEANER_CHECKPOINT).exists() and (tmp_path / CLEANER_STATE).exists()
 
 
+def test_the_cleaner_takes_a_new_backoff_and_buffer_at_run_time(tmp_path):
+    store = LogManager(str(tmp_path), broker_settings=SETTINGS)
+    try:
+        store.create_topic("table", 1, COMPACTED)
+        store.reconfigure(store.default_config, {"log.cleaner.backoff.ms": 50,
+                                                 "log.cleaner.dedupe.buffer.size": 2 << 20})
+        _fill(store, "table")
+        # Nobody wakes it: with the hour's backoff of SETTINGS it would not look again before the wait ends.
+        assert store.cleaner.await_cleanings(1, WAIT_S)
+        _fill(store, "table", 200)
+        # Rounds go on by themselves (some while the records came): each cleaning is awaited until one has
+        # cleaned up to the active segment.
+        end = store.log("table", 0).segments[-1].base_offset
+        while True:
+            seen = store.cleaner.cleanings   # before the checkpoint: a cleaning in between is not missed
+            if read_cleaner_checkpoints(str(tmp_path))[("table", 0)] >= end:
+                break
+            assert store.cleaner.await_cleanings(seen + 1, WAIT_S)
+        assert store.cleaner.cleanings >= 2
+        assert store.settings["log.cleaner.dedupe.buffer.size"] == 2 << 20
+    finally:
+        store.close()
+
+
 def test_the_checkpoint_carries_over_a_restart(tmp_path):
     store = LogManager(str(tmp_path), broker_settings=SETTINGS)
     store.create_topic("table", 1, COMPACTED)
