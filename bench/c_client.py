@@ -448,6 +448,18 @@ def add_case_arguments(parser: argparse.ArgumentParser) -> None:
                              "other processes' fsyncs make noisy, out of it, as tansu's memory engine is)")
 
 
+def case_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[str], list[Case]]:
+    """The modes and cases `add_case_arguments`' values ask for (a parser error for a bad mode or a missing
+    jemalloc)."""
+    modes = [m for m in args.modes.split(",") if m]
+    if not set(modes) <= {"produce", "consume"}:
+        parser.error("--modes takes produce and/or consume")
+    if args.jemalloc and not JEMALLOC.exists():
+        parser.error(f"{JEMALLOC} missing: run bench/tools/build_rdkafka_performance.sh")
+    return modes, [Case(args.size, codec, acks, args.count)
+                   for acks in args.acks.split(",") for codec in args.codecs.split(",")]
+
+
 def main(argv: list[str] | None = None) -> None:
     """Parse the arguments, run the rounds, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
@@ -460,14 +472,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a logstore broker setting (repeatable; tansu takes none)")
     args = parser.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
-    if not set(modes) <= {"produce", "consume"}:
-        parser.error("--modes takes produce and/or consume")
-    if args.jemalloc and not JEMALLOC.exists():
-        parser.error(f"{JEMALLOC} missing: run bench/tools/build_rdkafka_performance.sh")
+    modes, cases = case_arguments(parser, args)
     specs = parse_specs(args)
-    cases = [Case(args.size, codec, acks, args.count)
-             for acks in args.acks.split(",") for codec in args.codecs.split(",")]
     results = run(specs, cases, modes, args.rounds, args.jemalloc, tuple(args.override), args.data_root)
     print(report(results, specs, cases, modes, args.rounds))
 

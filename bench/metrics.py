@@ -26,13 +26,12 @@ import threading
 import urllib.request
 
 from c_client import (
-    JEMALLOC,
     ROOT,
     BrokerSpec,
-    Case,
     RunningBroker,
     Variant,
     add_case_arguments,
+    case_arguments,
     free_port,
     report,
     run,
@@ -84,13 +83,7 @@ def main(argv: list[str] | None = None) -> None:
                         help=f"seconds between two scrapes of a metrics-on broker (default {SCRAPE_EVERY:g})")
     parser.set_defaults(modes="produce")
     args = parser.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
-    if not set(modes) <= {"produce", "consume"}:
-        parser.error("--modes takes produce and/or consume")
-    if args.jemalloc and not JEMALLOC.exists():
-        parser.error(f"{JEMALLOC} missing: run bench/tools/build_rdkafka_performance.sh")
-    cases = [Case(args.size, codec, acks, args.count)
-             for acks in args.acks.split(",") for codec in args.codecs.split(",")]
+    modes, cases = case_arguments(parser, args)
     variants, scraper = metrics_pair(args.scrape_every)
     specs = [BrokerSpec(label, "logstore", ROOT, variant)
              for label, variant in zip(("metrics-off", "metrics-on"), variants)]

@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from c_client import (
-    JEMALLOC,
     ROOT,
     Access,
     BrokerSpec,
@@ -47,6 +46,7 @@ from c_client import (
     RunningBroker,
     Variant,
     add_case_arguments,
+    case_arguments,
     report,
     run,
 )
@@ -216,16 +216,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pairs", default="tls,acls", help="tls and/or acls (default both)")
     add_case_arguments(parser)
     args = parser.parse_args(argv)
-    modes = [m for m in args.modes.split(",") if m]
+    modes, cases = case_arguments(parser, args)
     pairs = [p for p in args.pairs.split(",") if p]
-    if not set(modes) <= {"produce", "consume"}:
-        parser.error("--modes takes produce and/or consume")
     if not set(pairs) <= set(PAIRS):
         parser.error(f"--pairs takes {' and/or '.join(PAIRS)}")
-    if args.jemalloc and not JEMALLOC.exists():
-        parser.error(f"{JEMALLOC} missing: run bench/tools/build_rdkafka_performance.sh")
-    cases = [Case(args.size, codec, acks, args.count)
-             for acks in args.acks.split(",") for codec in args.codecs.split(",")]
     python = BrokerSpec("logstore", "logstore", ROOT).python
     certs = Path(tempfile.mkdtemp(prefix="security-bench-certs-"))
     try:

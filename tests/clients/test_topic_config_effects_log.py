@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, ResourceType
-from kafka import KafkaConsumer
-from kafka import TopicPartition as KafkaTopicPartition
+
+from test_topic_config_effects_wire import consume_all
 
 TIMEOUT = 15.0  # s: a bound on any single wait
 HOUR_MS = 3_600_000
@@ -54,23 +54,6 @@ def code(error: KafkaError | None) -> int | None:
     return None if error is None else error.code()
 
 
-def read_all(broker, topic: str, count: int) -> list:
-    """The first `count` records of partition 0 as kafka-python reads them."""
-    c = KafkaConsumer(bootstrap_servers=broker.bootstrap, group_id=None, enable_auto_commit=False,
-                      auto_offset_reset="earliest")
-    try:
-        c.assign([KafkaTopicPartition(topic, 0)])
-        got: list = []
-        deadline = time.monotonic() + TIMEOUT
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} records after {TIMEOUT} s"
-            for records in c.poll(timeout_ms=200).values():
-                got.extend(records)
-        return got
-    finally:
-        c.close()
-
-
 def log_end(broker, topic: str) -> tuple[int, int]:
     """(log start offset, log end offset) of partition 0."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "unused"})
@@ -103,7 +86,7 @@ def test_log_append_time_at_create_and_after_alter(broker, topic):
     assert send(broker, f"{topic}-a", b"2", timestamp=old) is None
     assert send(broker, f"{topic}-b", b"2", timestamp=old) is None
     after = int(time.time() * 1000)
-    a, b = read_all(broker, f"{topic}-a", 2), read_all(broker, f"{topic}-b", 2)
+    a, b = consume_all(broker, f"{topic}-a", 2), consume_all(broker, f"{topic}-b", 2)
     assert [r.timestamp_type for r in a] == [1, 0] and a[1].timestamp == old
     assert before <= a[0].timestamp <= after
     assert [r.timestamp_type for r in b] == [0, 1] and b[0].timestamp == old
@@ -132,7 +115,7 @@ def test_timestamp_bounds_at_create_and_after_alter(broker, topic):
     assert send(broker, topic, b"future", timestamp=now + 2 * HOUR_MS) is None
     alter_topic(broker, topic, {"message.timestamp.after.max.ms": "0"})
     assert code(send(broker, topic, b"future", timestamp=now + 2 * HOUR_MS)) == KafkaError.INVALID_TIMESTAMP
-    assert [r.value for r in read_all(broker, topic, 2)] == [b"past", b"future"]
+    assert [r.value for r in consume_all(broker, topic, 2)] == [b"past", b"future"]
 
 
 # -- flushing ------------------------------------------------------------------------------------------------------
