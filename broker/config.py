@@ -40,10 +40,11 @@ from logstore.broker.config_sources import (
 )
 from logstore.broker.dynamic_config import (
     CLUSTER_DEFAULT,
-    DYNAMIC_CONFIGS,
     LOG_CONFIGS,
     NO_EFFECT,
     DynamicConfigs,
+    is_dynamic,
+    listener_tls_setting,
     parse_no_effect,
     read_dynamic_configs,
 )
@@ -213,6 +214,9 @@ class BrokerConfig:
     """Called with this config after each dynamic change (the acceptor's connection limits register here)."""
     alter_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Held by a dynamic change from its checks to its last reconfigurable (changes run one at a time)."""
+    validators: list[Callable[[BrokerConfig], None]] = field(default_factory=list, repr=False, compare=False)
+    """Called with the config a dynamic change would make, before it is saved; each may refuse it by raising
+    InvalidRequestError with Kafka's message (the listeners' TLS register here)."""
 
     @classmethod
     def from_properties(cls, props: Mapping[str, Any] | None = None) -> BrokerConfig:
@@ -398,9 +402,11 @@ def _takes_dynamic(name: str, value: str) -> bool:
 
 def _take_dynamic(name: str, value: str, settings: dict[str, Any], log_properties: dict[str, Any]) -> None:
     """Put a dynamic config's value where it applies, checked as a static one is (InvalidConfigError if not)."""
-    if name not in DYNAMIC_CONFIGS:
+    if not is_dynamic(name):
         raise InvalidConfigError(f"{name} cannot be updated dynamically")
-    if name in BROKER_SETTINGS:
+    if listener_tls_setting(name) is not None:
+        settings[name] = value   # text, as the static `listener.name.` settings (tls.py checks it)
+    elif name in BROKER_SETTINGS:
         settings[name] = _parse(name, BROKER_SETTINGS[name][1], value)
     elif name in LOG_CONFIGS:
         LogConfig.from_properties({name: value})

@@ -36,6 +36,8 @@ from logstore.broker.dynamic_config import (
     DYNAMIC_CONFIGS,
     NEXT_START,
     NO_EFFECT,
+    is_dynamic,
+    listener_tls_setting,
 )
 from logstore.config import TOPIC_CONFIG_DOCS, TOPIC_CONFIGS
 from logstore.manager import LogManager
@@ -137,6 +139,9 @@ def _broker_synonyms(name: str) -> tuple[str, ...]:
 
 
 def _broker_type(name: str) -> int:
+    prefixed = listener_tls_setting(name)
+    if prefixed is not None:
+        name = prefixed[1]
     if name in SENSITIVE:
         return TYPES["PASSWORD"]
     if name in TOPIC_OF:
@@ -176,6 +181,8 @@ def _broker_doc(name: str) -> str:
         return "Kafka's connection limit; a change applies to the next connections accepted."
     if name in DYNAMIC_CONFIGS:
         return "Changed at run time, applied at once."
+    if listener_tls_setting(name) is not None:
+        return "A listener's TLS key material, set per broker: its next connections take it."
     return "Set when the broker starts (server.properties, KAFKA_ environment, --override)."
 
 
@@ -183,10 +190,11 @@ def _broker_entry(config: BrokerConfig, name: str, held: Layers, *, running: boo
     """`running`: the value the broker runs with (else the chain's first, the cluster default's)."""
     chain = list(dropwhile(lambda link: link[0] != name, _chain(_broker_synonyms(name), held)))
     value = text(config[name]) if running and name in BROKER_SETTINGS else chain[0][1] if chain else None
-    sensitive = name in SENSITIVE
+    prefixed = listener_tls_setting(name)
+    sensitive = (prefixed[1] if prefixed is not None else name) in SENSITIVE
     if sensitive:
         value, chain = None, [(n, None, source) for n, _, source in chain]
-    return ConfigEntry(name, value, tuple(chain), name not in DYNAMIC_CONFIGS, _broker_type(name), _broker_doc(name),
+    return ConfigEntry(name, value, tuple(chain), not is_dynamic(name), _broker_type(name), _broker_doc(name),
                        sensitive)
 
 
@@ -198,5 +206,6 @@ def broker_entries(config: BrokerConfig, *, cluster_default: bool = False) -> li
         defaults = [(layer, source) for layer, source in held if source == DYNAMIC_DEFAULT_BROKER_CONFIG]
         return [_broker_entry(config, name, defaults, running=False)
                 for name in sorted(config.dynamic.of(CLUSTER_DEFAULT))]
-    names = {*BROKER_SETTINGS, *BROKER_LOG_DEFAULTS, *NO_EFFECT}
+    names = {*BROKER_SETTINGS, *BROKER_LOG_DEFAULTS, *NO_EFFECT,
+             *(n for n in config.dynamic.of(str(config.static_settings["node.id"])) if listener_tls_setting(n))}
     return [_broker_entry(config, name, held) for name in sorted(names)]

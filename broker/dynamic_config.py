@@ -20,6 +20,12 @@ names), each with its effect here:
   a round under way is aborted, as Kafka restarts its cleaner threads);
   `log.cleaner.threads` checked as Kafka checks it and kept (one cleaner
   thread runs whatever it says);
+- a TLS listener's key material (`listener.name.<l>.ssl.keystore.*`,
+  `ssl.key.password`, `ssl.truststore.*`: Kafka's SslConfigs
+  RECONFIGURABLE_CONFIGS, `listener_tls_setting`), per broker only: its next
+  connections; the new certificate must keep the served one's subject and
+  subjectAltNames unless `ssl.allow.dn.changes` / `ssl.allow.san.changes`;
+  given again unchanged, the files are read again (a rotated certificate);
 - `num.recovery.threads.per.data.dir`: kept, and taken at the next start
   (`NEXT_START`);
 - Kafka's thread counts and replication throttles, which mean nothing on one
@@ -46,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from logstore.broker.security_config import parse_listener_setting
 from logstore.checkpoints import CorruptCheckpointError
 from logstore.config import BROKER_NAMES, INT_MAX, LONG_MAX
 from logstore.filesystem import OS, FileSystem
@@ -53,7 +60,8 @@ from logstore.generation_files import GenerationFile
 from logstore.log_cleaner import CLEANER_DEFAULTS, LIVE_CLEANER_SETTINGS
 
 __all__ = ["BROKER_CONFIGS_FILE", "CLEANER_CONFIGS", "CLUSTER_DEFAULT", "CONNECTION_CONFIGS", "DYNAMIC_CONFIGS",
-           "LOG_CONFIGS", "NEXT_START", "NO_EFFECT", "DynamicConfigs", "read_dynamic_configs", "write_dynamic_configs"]
+           "LOG_CONFIGS", "NEXT_START", "NO_EFFECT", "TLS_CONFIGS", "DynamicConfigs", "is_dynamic",
+           "listener_tls_setting", "read_dynamic_configs", "write_dynamic_configs"]
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +99,26 @@ NO_EFFECT: dict[str, tuple[int, str, str]] = {
 # Thread counts Kafka keeps within half and double of the current value (DynamicThreadPool, SocketServer).
 THREAD_COUNTS = frozenset({"num.io.threads", "num.network.threads", "background.threads", "num.replica.fetchers",
                            "num.recovery.threads.per.data.dir"})
+# Kafka's SslConfigs.RECONFIGURABLE_CONFIGS: a listener's key material, set by its `listener.name.<l>.` name.
+TLS_CONFIGS = frozenset({"ssl.keystore.type", "ssl.keystore.location", "ssl.keystore.password", "ssl.key.password",
+                         "ssl.keystore.key", "ssl.keystore.certificate.chain", "ssl.truststore.type",
+                         "ssl.truststore.location", "ssl.truststore.password", "ssl.truststore.certificates"})
 DYNAMIC_CONFIGS = (LOG_CONFIGS | CONNECTION_CONFIGS | PRODUCER_STATE_CONFIGS | CLEANER_CONFIGS | frozenset(NEXT_START)
                    | frozenset(NO_EFFECT))
+
+
+def listener_tls_setting(name: str) -> tuple[str, str] | None:
+    """(listener, setting) of a listener's dynamic TLS config (`listener.name.ssl.ssl.keystore.location`), or
+    None for any other name."""
+    parsed = parse_listener_setting(name)
+    if parsed is None or parsed[1] is not None or parsed[2] not in TLS_CONFIGS:
+        return None
+    return parsed[0], parsed[2]
+
+
+def is_dynamic(name: str) -> bool:
+    """Whether `name` may be set at run time (a name of DYNAMIC_CONFIGS or a listener's TLS key material)."""
+    return name in DYNAMIC_CONFIGS or listener_tls_setting(name) is not None
 
 
 def parse_no_effect(name: str, value: Any) -> int:

@@ -26,6 +26,7 @@ time under the config's `alter_lock`, taken before the store's lock.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from logstore.broker.acceptor import ConnectionSettingError, check_connection_settings
@@ -37,6 +38,8 @@ from logstore.broker.dynamic_config import (
     NO_EFFECT,
     THREAD_COUNTS,
     DynamicConfigs,
+    is_dynamic,
+    listener_tls_setting,
     parse_no_effect,
     write_dynamic_configs,
 )
@@ -68,10 +71,10 @@ def current_value(config: BrokerConfig, name: str) -> Any:
 
 
 def _check_names(names: list[str]) -> None:
-    fixed = sorted(name for name in names if name not in DYNAMIC_CONFIGS and is_known(name))
+    fixed = sorted(name for name in names if not is_dynamic(name) and is_known(name))
     if fixed:
         raise InvalidRequestError(f"Cannot update these configs dynamically: Set({', '.join(fixed)})")
-    unknown = sorted(name for name in names if name not in DYNAMIC_CONFIGS)
+    unknown = sorted(name for name in names if not is_dynamic(name))
     if unknown:
         near = closest_name(unknown[0], DYNAMIC_CONFIGS)
         raise InvalidRequestError(f"Unknown broker config name: {unknown[0]}"
@@ -130,19 +133,28 @@ def alter_broker_configs(config: BrokerConfig, store: LogManager, resource: str,
         except (InvalidConfigError, ConnectionSettingError) as exc:
             raise InvalidRequestError(str(exc)) from None
         _check_threads(config, wanted, settings)
+        tls = sorted(name for name in wanted if listener_tls_setting(name) is not None)
+        if tls and resource == CLUSTER_DEFAULT:
+            raise InvalidRequestError("Cannot update these configs at default cluster level, broker id must be "
+                                      f"specified: {','.join(tls)}")
         store_settings = {name: settings[name] for name in _STORE_SETTINGS}
         try:
             store.reconfigure(log_config, store_settings, validate_only=True)
         except InvalidConfigError as exc:
             raise InvalidRequestError(f"Invalid dynamic configuration: {exc}") from None
-        if validate_only or dynamic.resources == config.dynamic.resources:
+        candidate = replace(config, settings=settings, log_properties=log_properties)
+        for validate in list(config.validators):
+            validate(candidate)
+        # Key material given again unchanged is read again, as Kafka reloads a keystore file that changed.
+        if validate_only or (dynamic.resources == config.dynamic.resources and not tls):
             return
-        try:
-            write_dynamic_configs(store.log_dirs, dynamic, store.fs)
-        except BaseException:
-            # The generation may be on disk in some log dir: the next change must not write it again.
-            config.dynamic = DynamicConfigs(dynamic.generation, config.dynamic.resources)
-            raise
+        if dynamic.resources != config.dynamic.resources:
+            try:
+                write_dynamic_configs(store.log_dirs, dynamic, store.fs)
+            except BaseException:
+                # The generation may be on disk in some log dir: the next change must not write it again.
+                config.dynamic = DynamicConfigs(dynamic.generation, config.dynamic.resources)
+                raise
         config.apply_dynamic(dynamic)
         store.reconfigure(config.log_config, store_settings)
         for reconfigurable in list(config.reconfigurables):

@@ -35,6 +35,10 @@ SECURITY_SETTINGS: dict[str, tuple[Any, type]] = {
     "ssl.cipher.suites": ("", str),
     "ssl.principal.mapping.rules": ("DEFAULT", str),
     "ssl.endpoint.identification.algorithm": ("https", str),
+    # Whether a listener's keystore replaced at run time may change the certificate's subject or its
+    # subjectAltNames (Kafka refuses either by default).
+    "ssl.allow.dn.changes": (False, bool),
+    "ssl.allow.san.changes": (False, bool),
     # SASL.
     "sasl.enabled.mechanisms": ("GSSAPI", str),
     "sasl.mechanism.inter.broker.protocol": ("GSSAPI", str),

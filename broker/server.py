@@ -38,7 +38,7 @@ from logstore.broker.authorizer import AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.connection import IDLE, SHUTDOWN, Connection
 from logstore.broker.fetch_waiters import FetchWaiters, TopicPartition
-from logstore.broker.listener_security import ListenerSecurity, listener_security
+from logstore.broker.listener_security import ListenerSecurity, ListenerTls, listener_security
 from logstore.broker.listeners import Listener
 from logstore.broker.metrics import MetricsEndpoint, RequestMetrics
 from logstore.broker.metrics_collector import BrokerCollector
@@ -102,6 +102,7 @@ class Broker:
         self.closing = False
         self.fetch_waiters = FetchWaiters()
         self._acceptor: Acceptor | None = None
+        self._tls = ListenerTls([])
         self.connections: set[Connection] = set()
         # queued.max.requests: requests read whose handlers still work (not done, applied or parked).
         self._queued = asyncio.Semaphore(config["queued.max.requests"])
@@ -153,6 +154,10 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         securities = [listener_security(self.config, listener, self.scram)
                       for listener in self.config.listeners]
+        # Each connection takes its listener's security as served then: TLS key material may change at run time.
+        self._tls = ListenerTls(securities)
+        self.config.validators.append(self._tls.check)
+        self.config.reconfigurables.append(self._tls.reload)
         listening: list[tuple[socket.socket, Serve]] = []
         try:
             for security in securities:
@@ -191,9 +196,11 @@ class Broker:
                     connection.cancel(IDLE)
 
     def _server_of(self, security: ListenerSecurity) -> Serve:
-        """What serves a connection accepted on `security`'s listener."""
+        """What serves a connection accepted on `security`'s listener (with its security as served now)."""
+        current, name = self._tls.current, security.listener.name
+
         async def serve(sock: socket.socket, peer: tuple[str, int]) -> None:
-            await self._serve(sock, peer, security)
+            await self._serve(sock, peer, current[name])
         return serve
 
     async def _serve(self, sock: socket.socket, peer: tuple[str, int], security: ListenerSecurity) -> None:

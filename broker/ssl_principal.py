@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from logstore.errors import InvalidConfigError
 
-__all__ = ["PrincipalMapper", "NoMatchingRule", "subject_dn"]
+__all__ = ["PrincipalMapper", "NoMatchingRule", "subject_alt_names", "subject_dn"]
 
 # Kafka's rule list syntax (SslPrincipalMapper): rules separated by commas, a slash or backslash in a
 # rule's regex or replacement escaped with a backslash.
@@ -108,6 +108,23 @@ def subject_dn(der: bytes) -> str:
 
 
 _Tlv = tuple[int, bytes, bytes]   # (tag, whole TLV, contents)
+_EXTENSIONS = 0xA3                  # tbsCertificate's [3] EXPLICIT Extensions
+_SUBJECT_ALT_NAME = "2.5.29.17"
+
+
+def subject_alt_names(der: bytes) -> frozenset[tuple[int, bytes]]:
+    """The subjectAltName entries of a DER certificate, each (GeneralName tag, contents): what Kafka compares
+    when a listener's keystore is replaced."""
+    tbs = _children(_children(_one(der, 0, _SEQUENCE))[0])
+    for field in tbs:
+        if field[0] != _EXTENSIONS:
+            continue
+        for extension in _children(_children(field)[0]):
+            parts = _children(extension)
+            if _oid(parts[0][2]) == _SUBJECT_ALT_NAME:
+                names = _one(parts[-1][2], 0, _SEQUENCE)   # extnValue's OCTET STRING holds GeneralNames
+                return frozenset((name[0], name[2]) for name in _children(names))
+    return frozenset()
 
 
 def _one(data: bytes, offset: int, tag: int) -> _Tlv:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from logstore.broker.config import BrokerConfig
 from logstore.errors import InvalidConfigError
 
-__all__ = ["TlsConfigError", "server_context"]
+__all__ = ["TlsConfigError", "served_certificate", "server_context"]
 
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 _OLD_VERSIONS = ("TLSv1", "TLSv1.1", "SSLv3", "SSLv2")
@@ -68,6 +68,24 @@ def server_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     if suites:
         _set_ciphers(context, suites, name("ssl.cipher.suites"))
     return context
+
+
+def served_certificate(config: BrokerConfig, listener: str) -> bytes:
+    """The DER of the first certificate in listener `listener`'s keystore (the one its TLS handshakes show);
+    TlsConfigError if there is none to read."""
+    location = str(config.for_listener(listener, "ssl.keystore.location") or "").strip()
+    try:
+        if location:
+            with open(location) as file:
+                text = file.read()
+        else:
+            text = _pem_text(str(config.for_listener(listener, "ssl.keystore.certificate.chain") or ""))
+        begin = text.index(_CERTIFICATE_BEGIN)
+        end = text.index(_CERTIFICATE_END, begin) + len(_CERTIFICATE_END)
+        return ssl.PEM_cert_to_DER_cert(text[begin:end])
+    except (OSError, ValueError) as exc:
+        raise TlsConfigError(f"listener.name.{listener.lower()}.ssl.keystore.location",
+                             f"no certificate to read ({exc})") from None
 
 
 def _set_versions(context: ssl.SSLContext, text: str, setting: str) -> None:
@@ -156,6 +174,9 @@ def _require_pem(kind: str, setting: str, store: str) -> None:
         raise TlsConfigError(setting, f"{kind or 'JKS'} is not read here: give the {store} as PEM and set "
                                       f"{setting}=PEM (keytool -importkeystore to PKCS12, then openssl pkcs12 "
                                       "-nodes converts a JKS store)")
+
+
+_CERTIFICATE_BEGIN, _CERTIFICATE_END = "-----BEGIN CERTIFICATE-----", "-----END CERTIFICATE-----"
 
 
 def _pem_text(text: str) -> str:
