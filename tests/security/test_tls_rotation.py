@@ -67,6 +67,14 @@ def _set(broker, resource: str, name: str, value: str) -> None:
     future.result(TIMEOUT)
 
 
+def _described(broker) -> dict:
+    """This broker's configs as confluent-kafka's DescribeConfigs gives them (its client gone before the
+    broker is killed, so it logs no reconnections)."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    (described,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, NODE)]).values()
+    return described.result(TIMEOUT)
+
+
 def _refused(broker, resource: str, name: str, value: str) -> str:
     with pytest.raises(KafkaException) as raised:
         _set(broker, resource, name, value)
@@ -106,9 +114,7 @@ def test_a_listener_keystore_is_replaced_at_run_time(certs, start_secure):
         _set(broker, NODE, SETTING, str(renewed))
         assert _served(certs, port) == _der(certs, "renewed")
         assert _api_versions(before, 7) == 7   # opened before: served on as it was
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    (described,) = admin.describe_configs([ConfigResource(ResourceType.BROKER, NODE)]).values()
-    entry = described.result(TIMEOUT)[SETTING]
+    entry = _described(broker)[SETTING]
     assert (entry.value, ConfigSource(entry.source), entry.is_read_only) == (
         str(renewed), ConfigSource.DYNAMIC_BROKER_CONFIG, False)
     # Renewed in place: the same path given again is read again.
