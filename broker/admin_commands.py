@@ -20,7 +20,7 @@ __all__ = ["ADMIN_COMMANDS", "COMMAND_CONFIG_HELP", "DEFAULT_BOOTSTRAP", "add_ad
 P = TypeVar("P", bound=ArgumentParser)
 
 # The commands registered here, in the order `logstore --help` lists them.
-ADMIN_COMMANDS = ("transactions", "groups", "acls", "configs", "topics", "get-offsets")
+ADMIN_COMMANDS = ("transactions", "groups", "share-groups", "acls", "configs", "topics", "get-offsets")
 
 COMMAND_CONFIG_HELP = ("Kafka client properties for a secured listener: security.protocol, ssl.truststore.location "
                        "(PEM), sasl.mechanism, sasl.jaas.config with username and password")
@@ -213,6 +213,27 @@ def _run_groups(args: argparse.Namespace) -> int:
     return groups_cli.run(args)
 
 
+def _add_share_groups(commands: _Commands[P]) -> None:
+    from logstore.broker.share_groups_args import add_arguments
+    parser = commands.add_parser(
+        "share-groups",
+        help="list, describe, reset and delete share groups and their start offsets (like kafka-share-groups.sh)",
+        description="Ask a running broker about KIP-932 share groups, with Kafka's admin APIs (ListGroups, "
+                    "ShareGroupDescribe, DescribeShareGroupOffsets, AlterShareGroupOffsets, "
+                    "DeleteShareGroupOffsets, DeleteGroups), with kafka-share-groups' flags and tables.",
+        epilog="Exit status: 0 done; 1 the broker answered with an error (named on stderr), a group does not "
+               "exist or is not empty; 2 bad arguments, or no broker at --bootstrap-server. The --json schema "
+               "is documented in `python -m pydoc logstore.broker.share_groups_cli`.")
+    _connection_options(parser)
+    add_arguments(parser)
+    parser.set_defaults(run=_run_share_groups)
+
+
+def _run_share_groups(args: argparse.Namespace) -> int:
+    from logstore.broker import share_groups_cli
+    return share_groups_cli.run(args)
+
+
 def _add_acls(commands: _Commands[P]) -> None:
     parser = commands.add_parser(
         "acls",
@@ -339,10 +360,10 @@ def _add_configs(commands: _Commands[P]) -> None:
     from logstore.broker.configs_cli import ENTITY_KINDS, EntityNameAction
     parser = commands.add_parser(
         "configs",
-        help="describe and alter configs of topics, the broker, and quotas of users and client ids on a running "
-             "broker (like kafka-configs.sh)",
-        description="Describe and alter entity configs with kafka-configs' flags and output: topic and broker "
-                    "configs with DescribeConfigs and IncrementalAlterConfigs; producer_byte_rate, "
+        help="describe and alter configs of topics, the broker, groups, and quotas of users and client ids on a "
+             "running broker (like kafka-configs.sh)",
+        description="Describe and alter entity configs with kafka-configs' flags and output: topic, broker and "
+                    "group configs with DescribeConfigs and IncrementalAlterConfigs; producer_byte_rate, "
                     "consumer_byte_rate, request_percentage of users, client ids, or a user's client id with "
                     "DescribeClientQuotas and AlterClientQuotas. The action is Kafka's flag (--describe, --alter) "
                     "or the same word as a subcommand.",
@@ -354,15 +375,16 @@ def _add_configs(commands: _Commands[P]) -> None:
     parser.add_argument("--describe", action="store_true", help="list the configs of the entities")
     parser.add_argument("--alter", action="store_true", help="change the configs of one entity")
     parser.add_argument("--all", action="store_true",
-                        help="with --describe of topics or brokers: every config, not only the entity's own")
+                        help="with --describe of topics, brokers or groups: every config, not only the entity's own")
     parser.add_argument("--entity-type", action="append", choices=sorted(ENTITY_KINDS),
-                        help="topics, brokers, users or clients (users then clients for a user's client id)")
+                        help="topics, brokers, groups, users or clients (users then clients for a user's client id)")
     parser.add_argument("--entity-name", action=EntityNameAction, dest="entities", metavar="NAME",
                         help="the name of the --entity-type before it")
     parser.add_argument("--entity-default", action=EntityNameAction, dest="entities", default_entity=True,
                         help="the default entity of the --entity-type before it")
     for flag, kind, what in (("--topic", "topics", "topic"), ("--broker", "brokers", "broker id"),
-                             ("--user", "users", "user"), ("--client", "clients", "client id")):
+                             ("--group", "groups", "group id"), ("--user", "users", "user"),
+                             ("--client", "clients", "client id")):
         parser.add_argument(flag, action=EntityNameAction, dest="entities", kind=kind, metavar="NAME",
                             help=f"the {what}: --entity-type {kind} --entity-name NAME")
     for flag, kind, what in (("--broker-defaults", "brokers", "the cluster-wide broker defaults"),
@@ -386,6 +408,7 @@ def add_admin_commands(commands: _Commands[P]) -> None:
     """Register every admin command with the `logstore` command's subparsers."""
     _add_transactions(commands)
     _add_groups(commands)
+    _add_share_groups(commands)
     _add_acls(commands)
     _add_configs(commands)
     _add_topics(commands)

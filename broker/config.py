@@ -124,6 +124,27 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     # Online migration of groups with members between the classic and consumer protocols (Kafka's
     # default): upgrade, downgrade, bidirectional or disabled (empty groups convert under any).
     "group.consumer.migration.policy": ("bidirectional", str),
+    # Share groups (KIP-932): Kafka's GroupCoordinatorConfig and ShareGroupConfig names and defaults; a
+    # group's own share.* configs (group configs) override the first four within the min/max bounds.
+    "group.share.session.timeout.ms": (45_000, int),
+    "group.share.min.session.timeout.ms": (45_000, int),
+    "group.share.max.session.timeout.ms": (60_000, int),
+    "group.share.heartbeat.interval.ms": (5_000, int),
+    "group.share.min.heartbeat.interval.ms": (5_000, int),
+    "group.share.max.heartbeat.interval.ms": (15_000, int),
+    "group.share.max.size": (200, int),
+    "group.share.assignors": ("simple", str),
+    "group.share.record.lock.duration.ms": (30_000, int),
+    "group.share.min.record.lock.duration.ms": (15_000, int),
+    "group.share.max.record.lock.duration.ms": (60_000, int),
+    "group.share.delivery.count.limit": (5, int),
+    "group.share.min.delivery.count.limit": (2, int),
+    "group.share.max.delivery.count.limit": (10, int),
+    "group.share.partition.max.record.locks": (2_000, int),
+    "group.share.max.share.sessions": (2_000, int),
+    "share.coordinator.state.topic.num.partitions": (50, int),
+    "share.coordinator.state.topic.segment.bytes": (104_857_600, int),
+    "share.coordinator.snapshot.update.records.per.snapshot": (500, int),
     # Kafka acknowledges acks=all once replicated, never fsynced; one node has
     # no replicas, so by default acks=all waits for the group-commit fsync.
     # false gives Kafka's page-cache behaviour.
@@ -140,7 +161,9 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     **{name: (default, type(default)) for name, default in CLEANER_DEFAULTS.items()},
     **SECURITY_SETTINGS,
 }
-ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs"}
+# The lock limit's name in Kafka's share-consumer docs (the broker config is the other).
+ALIASES = {"broker.id": "node.id", "log.dir": "log.dirs",
+           "group.share.record.lock.partition.limit": "group.share.partition.max.record.locks"}
 # Kafka's LONG settings among the whole numbers above; the others are INT (32-bit).
 LONG_SETTINGS = frozenset({"connections.max.idle.ms", "connections.max.reauth.ms",
                            "offsets.retention.check.interval.ms",
@@ -158,6 +181,9 @@ AT_LEAST = {
     "queued.max.requests": 1, "max.request.partition.size.limit": 1, "max.connections": 0, "max.connections.per.ip": 0,
     "connections.max.reauth.ms": 0, "connection.failed.authentication.delay.ms": 0,
     "sasl.server.max.receive.size": 1, "quota.window.num": 1, "quota.window.size.seconds": 1,
+    "group.share.max.size": 1, "group.share.max.share.sessions": 1,
+    "share.coordinator.state.topic.num.partitions": 1, "share.coordinator.state.topic.segment.bytes": 1,
+    "share.coordinator.snapshot.update.records.per.snapshot": 0,
 }
 
 

@@ -39,13 +39,15 @@ from logstore.broker.dynamic_config import (
     is_dynamic,
     listener_tls_setting,
 )
+from logstore.broker.group_configs import GROUP_CONFIGS, GroupConfigStore, broker_name
 from logstore.config import TOPIC_CONFIG_DOCS, TOPIC_CONFIGS
 from logstore.manager import LogManager
 
-__all__ = ["ConfigEntry", "broker_entries", "topic_entries"]
+__all__ = ["ConfigEntry", "broker_entries", "group_entries", "topic_entries"]
 
 # Kafka's ConfigSource numbers.
 TOPIC_CONFIG, DYNAMIC_BROKER_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 2, 3, 4, 5
+DYNAMIC_GROUP_CONFIG = 8
 # Kafka's ConfigType numbers.
 TYPES = {"BOOLEAN": 1, "STRING": 2, "INT": 3, "SHORT": 4, "LONG": 5, "DOUBLE": 6, "LIST": 7, "CLASS": 8,
          "PASSWORD": 9}
@@ -130,6 +132,24 @@ def topic_entries(config: BrokerConfig, store: LogManager, topic: str) -> list[C
         described = TOPIC_CONFIG_DOCS[name]
         doc = described.doc + (f" No effect on this broker: {described.no_effect}." if described.no_effect else "")
         entries.append(ConfigEntry(name, text(value), tuple(chain), False, TYPES[described.config_type], doc))
+    return entries
+
+
+def group_entries(config: BrokerConfig, store: GroupConfigStore, group_id: str) -> list[ConfigEntry]:
+    """Every group config of a group, sorted by name, as Kafka's createGroupConfigEntry tells it: the group's
+    override (DYNAMIC_GROUP_CONFIG) over the broker's `group.<name>` setting with its own layers, or, for a
+    name the broker has no setting of, Kafka's GroupConfig default under the group config's name."""
+    stored = store.stored(group_id)
+    held = layers(config)
+    entries = []
+    for name, spec in sorted(GROUP_CONFIGS.items()):
+        synonym = broker_name(name)
+        chain = (_chain((synonym,), held) if synonym in BROKER_SETTINGS
+                 else [(name, text(spec.default), DEFAULT_CONFIG)])
+        value = stored[name] if name in stored else chain[0][1]
+        if name in stored:
+            chain.insert(0, (name, value, DYNAMIC_GROUP_CONFIG))
+        entries.append(ConfigEntry(name, value, tuple(chain), False, TYPES[spec.config_type], spec.doc))
     return entries
 
 

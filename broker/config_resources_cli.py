@@ -1,9 +1,10 @@
-"""`logstore configs --entity-type topics|brokers`: config resources, with DescribeConfigs and
+"""`logstore configs --entity-type topics|brokers|groups`: config resources, with DescribeConfigs and
 IncrementalAlterConfigs, as kafka-configs.sh describes and alters them.
 
 `configs_cli` parses the entities and calls `describe` or `alter` here with
-the entity type ("topics" or "brokers") and its name (None: every topic, or
-this broker and the cluster default; "" is the cluster-wide broker default).
+the entity type ("topics", "brokers" or "groups") and its name (None: every
+topic, this broker and the cluster default, or every group ListGroups
+lists; "" is the cluster-wide broker default).
 The text is Kafka's (see `configs_cli`); the JSON is documented there.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from kio.schema.incremental_alter_configs.v1.request import (
     AlterConfigsResource,
     IncrementalAlterConfigsRequest,
 )
+from kio.schema.list_groups.v5.request import ListGroupsRequest
 from kio.schema.metadata.v12.request import MetadataRequest
 from kio.static.primitive import i8
 
@@ -30,16 +32,17 @@ from logstore.broker.transactions_cli import BrokerError, UsageError
 if TYPE_CHECKING:
     from kio.schema.describe_configs.v4.response import DescribeConfigsResourceResult, DescribeConfigsResponse
     from kio.schema.incremental_alter_configs.v1.response import IncrementalAlterConfigsResponse
+    from kio.schema.list_groups.v5.response import ListGroupsResponse
     from kio.schema.metadata.v12.response import MetadataResponse
 
-__all__ = ["BROKER", "TOPIC", "alter", "describe", "parse_configs", "validate_name"]
+__all__ = ["BROKER", "GROUP", "TOPIC", "alter", "describe", "parse_configs", "validate_name"]
 
-TOPIC, BROKER = 2, 4  # DescribeConfigs' resource types
+TOPIC, BROKER, GROUP = 2, 4, 32  # DescribeConfigs' resource types
 # Kafka's ConfigEntry.ConfigSource, by the number DescribeConfigs answers.
 SOURCES = {0: "UNKNOWN", 1: "DYNAMIC_TOPIC_CONFIG", 2: "DYNAMIC_BROKER_CONFIG", 3: "DYNAMIC_DEFAULT_BROKER_CONFIG",
            4: "STATIC_BROKER_CONFIG", 5: "DEFAULT_CONFIG", 6: "DYNAMIC_BROKER_LOGGER_CONFIG",
            7: "DYNAMIC_CLIENT_METRICS_CONFIG", 8: "DYNAMIC_GROUP_CONFIG"}
-DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER = 1, 2, 3
+DYNAMIC_TOPIC, DYNAMIC_BROKER, DYNAMIC_DEFAULT_BROKER, DYNAMIC_GROUP = 1, 2, 3, 8
 SET, DELETE = i8(0), i8(1)  # IncrementalAlterConfigs' operations
 _TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]{1,249}")
 # kafka-configs' --add-config: commas split entries except inside [...], which holds a list value.
@@ -54,6 +57,8 @@ def validate_name(kind: str, name: str | None) -> None:
         raise UsageError(f"--entity-name {name!r}: not a legal topic name (1 to 249 of a-z A-Z 0-9 . _ -)")
     if kind == "brokers" and not re.fullmatch(r"[+-]?[0-9]+", name):
         raise UsageError(f"The entity name for brokers must be a valid integer broker id, found: {name}")
+    if kind == "groups" and not name:
+        raise UsageError("An empty group name is not allowed")
 
 
 def parse_configs(text: str | None) -> dict[str, str]:
@@ -73,13 +78,15 @@ def parse_configs(text: str | None) -> dict[str, str]:
 
 
 def _resource_type(kind: str) -> int:
-    return TOPIC if kind == "topics" else BROKER
+    return {"topics": TOPIC, "groups": GROUP}.get(kind, BROKER)
 
 
 def _own_source(kind: str, name: str) -> int:
     """The source of the entity's own (dynamic) configs, which describe shows without --all."""
     if kind == "topics":
         return DYNAMIC_TOPIC
+    if kind == "groups":
+        return DYNAMIC_GROUP
     return DYNAMIC_DEFAULT_BROKER if name == "" else DYNAMIC_BROKER
 
 
@@ -88,6 +95,11 @@ def _names(client: AdminClient, kind: str, name: str | None) -> list[str]:
         return [name]
     if kind == "topics":
         return sorted(n for n, info in describe_topics(client).items() if isinstance(info, TopicInfo))
+    if kind == "groups":
+        listed: ListGroupsResponse = client.request(ListGroupsRequest(states_filter=(), types_filter=()))
+        if listed.error_code != ErrorCode.none:
+            raise BrokerError(f"Failed to list the groups: {error_name(listed.error_code)}")
+        return sorted(g.group_id for g in listed.groups)
     metadata: MetadataResponse = client.request(MetadataRequest(
         topics=(), allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     return [str(b.node_id) for b in sorted(metadata.brokers, key=lambda b: b.node_id)] + [""]

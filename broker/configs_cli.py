@@ -15,22 +15,24 @@ type is an `EntityKind` in `ENTITY_KINDS`:
   user's client). `--describe` prints Kafka's line per entity:
   `Quota configs for user-principal 'alice', client-id 'app' are producer_byte_rate=1048576.0`
   (a default entity prints as `the default user-principal`).
-- topics and brokers are config resources (DescribeConfigs /
-  IncrementalAlterConfigs). `--describe` prints, per entity, Kafka's
+- topics, brokers and groups are config resources (DescribeConfigs /
+  IncrementalAlterConfigs; a group's are its group configs, such as
+  `consumer.session.timeout.ms` or `share.record.lock.duration.ms`, which a
+  group may hold before it exists). `--describe` prints, per entity, Kafka's
   `Dynamic configs for topic t are:` (with `--all`: `All configs for ...`;
   the broker default: `Default configs for brokers in the cluster are:`) and
   one line per config, sorted by name:
   `  name=value sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:name=value, DEFAULT_CONFIG:log.name=value}`.
   Without `--all` only the entity's own dynamic configs are listed (a
   topic's overrides; a broker's, or the cluster default's, dynamic
-  configs). Without a name, every topic (internal ones too), or this broker
-  and the cluster default.
+  configs, a group's overrides). Without a name, every topic (internal ones
+  too), this broker and the cluster default, or every group the broker lists.
 - `--alter --add-config 'k1=v1,k2=[a,b]' --delete-config k3,k4`: one
   AlterClientQuotas, or one IncrementalAlterConfigs (SET, DELETE) for a topic
-  or broker, where deleting a config the entity does not have is refused
+  broker or group, where deleting a config the entity does not have is refused
   before anything is sent (`Invalid config(s): k3`), as Kafka's tool does;
   prints `Completed updating config for <entity>.` (Kafka's wording: `topic
-  t`, `broker 1`, `Completed updating default config for brokers in the
+  t`, `broker 1`, `group g`, `Completed updating default config for brokers in the
   cluster.`).
 
 `--json` prints one document instead: describe `{"entities": [{"entityType":
@@ -72,7 +74,7 @@ class EntityKind:
 
     quota_type: str | None        # the client quota entity type, or None for a config resource
     label: str                    # as kafka-configs prints it
-    resource_type: int | None = None   # a config resource's type in DescribeConfigs (TOPIC 2, BROKER 4)
+    resource_type: int | None = None   # a config resource's type in DescribeConfigs (TOPIC 2, BROKER 4, GROUP 32)
 
 
 ENTITY_KINDS: dict[str, EntityKind] = {
@@ -80,6 +82,7 @@ ENTITY_KINDS: dict[str, EntityKind] = {
     "clients": EntityKind("client-id", "client-id"),
     "topics": EntityKind(None, "topic", config_resources_cli.TOPIC),
     "brokers": EntityKind(None, "broker", config_resources_cli.BROKER),
+    "groups": EntityKind(None, "group", config_resources_cli.GROUP),
 }
 
 
@@ -146,16 +149,16 @@ def _action(args: argparse.Namespace) -> str:
 
 
 def _resource(entities: list[tuple[str, str | None, bool]]) -> tuple[str, str | None] | None:
-    """(kind, name) when the entity is a config resource (topics, brokers), else None; "" names the broker
-    default."""
+    """(kind, name) when the entity is a config resource (topics, brokers, groups), else None; "" names the
+    broker default."""
     kinds = [kind for kind, _, _ in entities if ENTITY_KINDS[kind].resource_type is not None]
     if not kinds:
         return None
     if len(entities) != 1:
         raise UsageError(f"--entity-type {kinds[0]} goes alone (one entity type at a time)")
     ((kind, name, given),) = entities
-    if kind == "topics" and given and name is None:
-        raise UsageError("--entity-default does not go with --entity-type topics")
+    if kind in ("topics", "groups") and given and name is None:
+        raise UsageError(f"--entity-default does not go with --entity-type {kind}")
     config_resources_cli.validate_name(kind, name)
     return kind, ("" if given and name is None else name)
 
@@ -165,7 +168,7 @@ def _check(args: argparse.Namespace) -> None:
     entities = _entities(args)
     resource = _resource(entities)
     if args.all and (args.action != "describe" or resource is None):
-        raise UsageError("--all goes with --describe of topics or brokers")
+        raise UsageError("--all goes with --describe of topics or brokers, or of groups")
     if args.action == "alter":
         if not all(given for _, _, given in entities):
             raise UsageError("--alter needs an --entity-name or --entity-default for every --entity-type")

@@ -15,10 +15,12 @@ if TYPE_CHECKING:
     from logstore.broker.config import BrokerConfig
     from logstore.broker.coordinator.group import GroupCoordinator
     from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.broker.group_configs import GroupConfigStore
     from logstore.broker.metrics import RequestMetrics
     from logstore.broker.producer_ids import ProducerIdAllocator
     from logstore.broker.quotas import ClientQuotas
     from logstore.broker.scram_store import ScramCredentialStore
+    from logstore.broker.share.coordinator import ShareCoordinator
     from logstore.manager import LogManager
 
 __all__ = ["BrokerContext"]
@@ -38,14 +40,21 @@ class BrokerContext(Protocol):
     producer_ids: ProducerIdAllocator
     transactions: TransactionCoordinator
     groups: GroupCoordinator
+    # Each group's configs (config resource GROUP): DescribeConfigs and (Incremental)AlterConfigs.
+    group_configs: GroupConfigStore
     quotas: ClientQuotas
     scram: ScramCredentialStore
     authorizer: Authorizer
+    # Share groups' sessions and share-partitions (ShareFetch, ShareAcknowledge).
+    share: ShareCoordinator
     closing: bool
     # Encoded answers that only change with the topics, per API key (Metadata).
     response_cache: dict[int, dict[Hashable, bytes]]
     # The per-request counters `metrics.port` serves (None while it is off).
     metrics: RequestMetrics | None
+
+    def group_setting(self, group_id: str, name: str) -> Any:
+        """A group config's value for a group (its own, else the broker's default)."""
 
     def create_topic(self, name: str, partitions: int, configs: Mapping[str, str | None] | None = None) -> int:
         """Create a topic (Kafka's name rules); returns its partition count."""

@@ -25,6 +25,8 @@ from typing import Any, Protocol
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.internal_topics import SHARE_STATE_TOPIC, ShareStateTopicConfig
+from logstore.broker.coordinator.share_group import ShareGroupConfig
 from logstore.broker.coordinator.transaction import (
     INTERNAL_TOPICS,
     OFFSETS_TOPIC,
@@ -32,7 +34,12 @@ from logstore.broker.coordinator.transaction import (
     TransactionCoordinator,
     TxnConfig,
 )
+from logstore.broker.group_configs import GroupConfigStore
 from logstore.broker.producer_ids import ProducerIdAllocator
+from logstore.broker.share.coordinator import ShareCoordinator
+from logstore.broker.share.manager import SharePartitionManager
+from logstore.broker.share.sessions import ShareSessions
+from logstore.broker.share.state_store import ShareStateStore
 from logstore.checkpoints import write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
 from logstore.errors import InvalidRequestError, StorageError, UnknownTopicOrPartitionError
@@ -98,14 +105,23 @@ class Node:
             self.append_count = 0
             self.transactions = TransactionCoordinator(self.store, self.producer_ids.allocate,
                                                        TxnConfig.from_settings(config.settings),
-                                                       on_markers=self.notify_appended)
+                                                       on_markers=self.notify_appended,
+                                                       share_state_topic=ShareStateTopicConfig.from_settings(
+                                                           config.settings))
             loaded = self.transactions.load()
             if loaded:
                 log.info("transaction coordinator loaded %d transactional ids", loaded)
             self._raise_producer_id_floor()
+            # Each group's configs (`group-configs`), which the group coordinator reads per group.
+            self.group_configs = GroupConfigStore(config.log_dirs, lambda: config.settings, fs)
+            # Before the groups: a share group's members leaving or its partitions assigned reach it.
+            self.share = self._start_share()
             # Before loading: a loaded group with members sets session timers, which wake the upkeep.
             self.groups = GroupCoordinator(self.store, self.transactions, GroupConfig.from_settings(config.settings),
-                                           on_timer=self.wake)
+                                           on_timer=self.wake, group_setting=self.group_configs.value,
+                                           share_config=ShareGroupConfig.from_settings(config.settings),
+                                           share_listener=self.share)
+            self.group_configs.listen(self.groups.group_configs_changed)
             self.transactions.on_offsets_marker = self.groups.complete_txn_offsets
             started = time.monotonic()
             loaded = self.groups.load()
@@ -119,6 +135,24 @@ class Node:
             raise
         self._upkeep = threading.Thread(target=self._run_upkeep, name="logstore-upkeep", daemon=True)
 
+    def group_setting(self, group_id: str, name: str) -> Any:
+        """A group config's value for a group: its own, else the broker's default."""
+        return self.group_configs.value(group_id, name)
+
+    def _start_share(self) -> ShareCoordinator:
+        """Share groups' state: `__share_group_state` loaded, the share-partitions and sessions over it."""
+        settings = self.config.settings
+        states = ShareStateStore(self.store, self.transactions.internal_topics,
+                                 fsync=settings["logstore.acks.all.fsync"],
+                                 snapshot_every=settings["share.coordinator.snapshot.update.records.per.snapshot"],
+                                 clock=_now_ms)
+        states.load()
+        partitions = SharePartitionManager(self.store, states, self.group_setting,
+                                           max_in_flight=settings["group.share.partition.max.record.locks"],
+                                           on_available=self.notify_appended, on_deadline=self.wake)
+        self._clients.append(partitions)
+        return ShareCoordinator(self.store, partitions, ShareSessions(settings["group.share.max.share.sessions"]))
+
     def _complete_topics(self) -> None:
         """Create empty the partitions a copied directory lacks, up to the count Kafka gave each topic.
 
@@ -128,7 +162,8 @@ class Node:
         """
         metadata = self.store.kafka_metadata
         wanted = {OFFSETS_TOPIC: self.config["offsets.topic.num.partitions"],
-                  TXN_STATE_TOPIC: self.config["transaction.state.log.num.partitions"]}
+                  TXN_STATE_TOPIC: self.config["transaction.state.log.num.partitions"],
+                  SHARE_STATE_TOPIC: self.config["share.coordinator.state.topic.num.partitions"]}
         for topic, count in self.store.topics().items():
             known = metadata.topics.get(topic) if metadata is not None else None
             total = max(count, known.partitions if known is not None else wanted.get(topic, count))

@@ -84,6 +84,9 @@ class Broker:
         self.producer_ids = self.node.producer_ids
         self.transactions = self.node.transactions
         self.groups = self.node.groups
+        self.share = self.node.share
+        self.group_configs = self.node.group_configs
+        self.group_setting = self.node.group_setting
         try:
             self.quotas = ClientQuotas.of_broker(config, fs)
             # A directory Kafka wrote: its users and ACLs seed our files while they have none, once the

@@ -76,6 +76,9 @@ def _add_dump(commands: _Commands) -> None:
         help="decode records as __consumer_offsets records (offset commits, group metadata, KIP-848 "
              "consumer groups, share groups) and print them as JSON")
     decoders.add_argument(
+        "--share-group-state-decoder", dest="decoder", action="store_const", const="share-group-state",
+        help="decode records as __share_group_state records (share snapshots and updates) and print them as JSON")
+    decoders.add_argument(
         "--transaction-log-decoder", dest="decoder", action="store_const", const="transactions",
         help="decode records as __transaction_state records and print them as JSON")
     decoders.add_argument(
@@ -118,6 +121,8 @@ def _dump_decoder(name: str | None) -> RecordDecoder | None:
     from logstore.broker.coordinator import record_json
     if name == "offsets":
         return dump.RecordDecoder("offsets decoder", record_json.offsets_record)
+    if name == "share-group-state":
+        return dump.RecordDecoder("share group state decoder", record_json.share_group_state_record)
     return dump.RecordDecoder("transaction log decoder", record_json.transaction_record)
 
 

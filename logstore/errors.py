@@ -83,6 +83,10 @@ _TABLE = (
     (116, "UNKNOWN_CONTROLLER_ID", False), (117, "UNKNOWN_SUBSCRIPTION_ID", False),
     (118, "TELEMETRY_TOO_LARGE", False), (119, "INVALID_REGISTRATION", False),
     (120, "TRANSACTION_ABORTABLE", False),
+    # KIP-932's share groups (Kafka 4.0-4.2).
+    (121, "INVALID_RECORD_STATE", False), (122, "SHARE_SESSION_NOT_FOUND", True),
+    (123, "INVALID_SHARE_SESSION_EPOCH", True), (124, "FENCED_STATE_EPOCH", False),
+    (133, "SHARE_SESSION_LIMIT_REACHED", True),
 )
 
 ERROR_CODES: dict[int, KafkaErrorCode] = {c: KafkaErrorCode(c, n, r) for c, n, r in _TABLE}
@@ -507,3 +511,37 @@ class TransactionalIdAuthorizationFailedError(AuthorizationFailedError):
     """Refused on a TRANSACTIONAL_ID."""
 
     error_name = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+
+
+class ShareError(LogStoreError):
+    """A share-group call refused (KIP-932)."""
+
+
+class InvalidRecordStateError(ShareError):
+    """An acknowledgement of records this member does not hold (not acquired, or acquired by another)."""
+
+    error_name = "INVALID_RECORD_STATE"
+
+
+class ShareSessionNotFoundError(ShareError):
+    """A share-session epoch other than 0 from a member with no share session on this broker."""
+
+    error_name = "SHARE_SESSION_NOT_FOUND"
+
+
+class InvalidShareSessionEpochError(ShareError):
+    """A share-session epoch that is not the next one of the member's session."""
+
+    error_name = "INVALID_SHARE_SESSION_EPOCH"
+
+
+class FencedStateEpochError(ShareError):
+    """A share-partition state write whose state epoch is older than the stored one."""
+
+    error_name = "FENCED_STATE_EPOCH"
+
+
+class ShareSessionLimitReachedError(ShareError):
+    """A new share session while `group.share.max.share.sessions` are open."""
+
+    error_name = "SHARE_SESSION_LIMIT_REACHED"

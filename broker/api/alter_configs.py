@@ -31,12 +31,20 @@ and changes on the controller):
   at run time is INVALID_REQUEST "Cannot update these configs dynamically:
   Set(...)", a bad value INVALID_REQUEST with Kafka's ConfigException text.
   Kept in `broker-configs` before the answer; in effect at once.
+- GROUP (32): the configs listed become the group's configs and every one
+  not listed is deleted (as for a topic). An empty name is INVALID_REQUEST
+  "Default group resources are not allowed."; the whole resulting config is
+  checked as Kafka's GroupConfig.validate does (`broker/group_configs.py`:
+  unknown names, bad values, the broker's min/max bounds, INVALID_CONFIG);
+  kept in `group-configs` before the answer, and the group runs with it at
+  once. The group need not exist.
 - Every other type, BROKER_LOGGER included (the legacy API never took it):
   INVALID_REQUEST "Unknown resource type <n>".
 - `validate_only`: every check, and nothing changes.
 
 Authorization (Kafka's KafkaApis): ALTER_CONFIGS on the TOPIC (else
-TOPIC_AUTHORIZATION_FAILED) or, for BROKER and BROKER_LOGGER, on the CLUSTER
+TOPIC_AUTHORIZATION_FAILED), on the GROUP (else GROUP_AUTHORIZATION_FAILED)
+or, for BROKER and BROKER_LOGGER, on the CLUSTER
 (else CLUSTER_AUTHORIZATION_FAILED), after the request's own checks.
 
 Version notes: v0-2 carry the same fields; v1 only means throttling after
@@ -49,7 +57,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.describe_configs import BROKER, BROKER_ID, TOPIC, config_denial
+from logstore.broker.api.describe_configs import BROKER, BROKER_ID, GROUP, TOPIC, config_denial
 from logstore.broker.api.kit import AclOperation, coordinate
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
@@ -124,6 +132,17 @@ async def alter_topic(request: Request, topic: str, changes: Mapping[str, Any | 
     return OK if outcome.ok else (outcome.error, outcome.message)
 
 
+async def alter_group(request: Request, group_id: str, change: Callable[[dict[str, str]], Mapping[str, str]],
+                      validate_only: bool) -> Answer:
+    """Replace (or only check) a group's configs with `change(current)` in the store, or say why not."""
+    if not group_id:
+        return ErrorCode.invalid_request, "Default group resources are not allowed."
+    # Off the event loop: `group-configs` is fsynced in every log dir.
+    call = functools.partial(request.broker.group_configs.alter, group_id, change, validate_only=validate_only)
+    outcome = await coordinate(request, call)
+    return OK if outcome.ok else (outcome.error, outcome.message)
+
+
 def broker_resource(name: str) -> str:
     """The key of a BROKER resource in `broker-configs`: "" or the node id as a number writes it ("+1", "01"
     and "1" name one node, as Java's parseInt reads them)."""
@@ -166,6 +185,9 @@ async def _alter(request: Request, resource: KioMessage, repeated: Resources, va
         changes: dict[str, Any | None] = dict.fromkeys(request.broker.store.topic_overrides(name))
         changes.update((config.name, config.value) for config in resource.configs)
         return await alter_topic(request, name, changes, validate_only)
+    if kind == GROUP:
+        listed = {config.name: config.value for config in resource.configs}
+        return await alter_group(request, name, lambda current: listed, validate_only)
     return ErrorCode.invalid_request, f"Unknown resource type {kind}"
 
 

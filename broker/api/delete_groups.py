@@ -1,7 +1,8 @@
 """DeleteGroups (42), v0-2: remove empty groups and their offsets (tombstones in `__consumer_offsets`).
 
 A group with members answers NON_EMPTY_GROUP; one the coordinator does not
-have GROUP_ID_NOT_FOUND. A group the principal may not DELETE answers
+have GROUP_ID_NOT_FOUND. An empty share group goes with all its records, and
+the share-fetch path forgets its share state. A group the principal may not DELETE answers
 GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
 """
 from __future__ import annotations

@@ -14,6 +14,13 @@ Behavior (what each entry says, its sources and synonyms: `broker/config_entries
   (`dynamic_config.py`), with its source. An empty name asks for the
   cluster-wide dynamic defaults: only those set, as Kafka answers. Another
   id, or a name that is not an integer, is INVALID_REQUEST.
+- GROUP (32): every group config of Kafka 4.2 (`broker/group_configs.py`)
+  with the value the group runs with: DYNAMIC_GROUP_CONFIG (8) for the
+  group's own override, else the broker's `group.<name>` setting with its
+  source (STATIC_BROKER_CONFIG, DEFAULT_CONFIG), or Kafka's default as
+  DEFAULT_CONFIG for a name the broker has no setting of. The group need not
+  exist (configs may come before it). An empty name is INVALID_REQUEST
+  "Group name must not be empty".
 - BROKER_LOGGER (8) and every other type: INVALID_REQUEST (log levels are
   not exposed).
 - `configuration_keys` null or empty asks for all; an unknown key is left
@@ -24,8 +31,9 @@ Behavior (what each entry says, its sources and synonyms: `broker/config_entries
 - Passwords and key material are sensitive: `is_sensitive`, no value.
 
 Authorization (Kafka's KafkaApis): DESCRIBE_CONFIGS on the TOPIC (else
-TOPIC_AUTHORIZATION_FAILED) or, for BROKER and BROKER_LOGGER, on the CLUSTER
-(else CLUSTER_AUTHORIZATION_FAILED), per resource.
+TOPIC_AUTHORIZATION_FAILED), on the GROUP (else GROUP_AUTHORIZATION_FAILED)
+or, for BROKER and BROKER_LOGGER, on the CLUSTER (else
+CLUSTER_AUTHORIZATION_FAILED), per resource.
 
 Version notes: kio has no v0 schema, so v0 is not served (every admin client
 in use sends v1+). v1 brings synonyms and config_source, v3 config_type and
@@ -38,7 +46,7 @@ from typing import Protocol
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, denied
-from logstore.broker.config_entries import ConfigEntry, broker_entries, topic_entries
+from logstore.broker.config_entries import ConfigEntry, broker_entries, group_entries, topic_entries
 from logstore.broker.context import BrokerContext
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import InvalidTopicError
@@ -46,7 +54,7 @@ from logstore.topics import validate_topic_name
 
 KEY = 32
 
-TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+TOPIC, BROKER, BROKER_LOGGER, GROUP = 2, 4, 8, 32
 BROKER_ID = re.compile(r"[+-]?[0-9]+")  # what Java's Integer.parseInt takes
 
 
@@ -66,10 +74,13 @@ def _entry(cls: type[KioMessage], synonym_cls: type[KioMessage], entry: ConfigEn
 
 
 def config_denial(request: Request, resource: KioMessage, operation: AclOperation) -> ErrorCode:
-    """Kafka's authorization of a config resource: a TOPIC on itself, BROKER and BROKER_LOGGER on the CLUSTER."""
+    """Kafka's authorization of a config resource: a TOPIC or a GROUP on itself, BROKER and BROKER_LOGGER on the
+    CLUSTER."""
     kind = resource.resource_type
     if kind == TOPIC:
         return denied(request, operation, ResourceType.TOPIC, resource.resource_name)
+    if kind == GROUP:
+        return denied(request, operation, ResourceType.GROUP, resource.resource_name)
     if kind in (BROKER, BROKER_LOGGER):
         return denied(request, operation, ResourceType.CLUSTER)
     return ErrorCode.none
@@ -93,6 +104,10 @@ def _describe(broker: BrokerContext, resource: KioMessage,
             return (ErrorCode.invalid_request,
                     f"Unexpected broker id, expected {broker.node_id} or empty string, but received {name}", [])
         return ErrorCode.none, None, [make(entry) for entry in broker_entries(broker.config, cluster_default=not name)]
+    if kind == GROUP:
+        if not name:
+            return ErrorCode.invalid_request, "Group name must not be empty", []
+        return ErrorCode.none, None, [make(entry) for entry in group_entries(broker.config, broker.group_configs, name)]
     if kind == BROKER_LOGGER:
         return ErrorCode.invalid_request, "broker loggers are not described by this broker", []
     return ErrorCode.invalid_request, f"Unsupported resource type: {kind}", []

@@ -2,9 +2,10 @@
 
 As in Kafka, members' metadata and assignments are filled in only for a
 Stable group, and a group the coordinator does not know is described as
-Dead with no members and no error, and so is a KIP-848 consumer group
-(ConsumerGroupDescribe describes those), as Kafka answers these versions
-(v6 would answer GROUP_ID_NOT_FOUND for both). A group the principal may
+Dead with no members and no error, and so are a KIP-848 consumer group
+and a KIP-932 share group (ConsumerGroupDescribe and ShareGroupDescribe
+describe those), as Kafka answers these versions (v6 would answer
+GROUP_ID_NOT_FOUND, "Group ... is not a classic group."). A group the principal may
 not DESCRIBE answers GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
 Authorized operations are "not requested".
 """

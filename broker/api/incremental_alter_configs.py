@@ -30,12 +30,18 @@ Behavior, as Kafka's ConfigAdminManager and ConfigurationControlManager:
   x" (an unknown name: "Unknown config name: x"; Kafka fails there with
   UNKNOWN_SERVER_ERROR). The result is checked, kept and applied as
   AlterConfigs' BROKER resource is (`broker/reconfigure.py`).
+- GROUP (32): SET and DELETE change the group's overrides; APPEND and
+  SUBTRACT are INVALID_CONFIG "Can't APPEND to key x because its type is not
+  LIST." (no group config is a LIST), as Kafka's controller answers. The
+  whole resulting config is then checked, kept and applied as AlterConfigs'
+  GROUP resource is (an empty name: "Default group resources are not
+  allowed."). The group need not exist.
 - BROKER_LOGGER (8): INVALID_REQUEST: log levels are not exposed (Kafka
   changes log4j levels here). Every other type: INVALID_REQUEST "Unknown
   resource type <n>".
 - `validate_only`: every check, and nothing changes.
 
-Authorization as AlterConfigs: ALTER_CONFIGS on the TOPIC or the CLUSTER.
+Authorization as AlterConfigs: ALTER_CONFIGS on the TOPIC, the GROUP or the CLUSTER.
 
 Version notes: v0 and v1 carry the same fields; v1 is flexible.
 """
@@ -49,13 +55,14 @@ from logstore.broker.api.alter_configs import (
     Answer,
     Resources,
     alter_broker,
+    alter_group,
     alter_topic,
     answer_each,
     check_broker_name,
     check_topic,
     common_checks,
 )
-from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, TOPIC
+from logstore.broker.api.describe_configs import BROKER, BROKER_LOGGER, GROUP, TOPIC
 from logstore.broker.config_entries import DEFAULTS, LIST_SETTINGS, text
 from logstore.broker.protocol import ErrorCode
 from logstore.broker.reconfigure import is_known
@@ -124,6 +131,17 @@ def _broker_configs(current: Mapping[str, str], configs: Iterable[KioMessage]) -
     return result
 
 
+def _group_configs(current: Mapping[str, str], configs: Iterable[KioMessage]) -> dict[str, str]:
+    """A group's overrides after SET and DELETE operations."""
+    result = dict(current)
+    for config in configs:
+        if config.config_operation == SET:
+            result[config.name] = config.value
+        else:
+            result.pop(config.name, None)
+    return result
+
+
 async def _alter(request: Request, resource: KioMessage, repeated: Resources, validate_only: bool) -> Answer:
     nulls = [c.name for c in resource.configs if c.value is None and c.config_operation != DELETE]
     refused = common_checks(request, resource, repeated, nulls)
@@ -131,7 +149,7 @@ async def _alter(request: Request, resource: KioMessage, repeated: Resources, va
         return refused
     kind, name = resource.resource_type, resource.resource_name
     unknown_op = next((c.config_operation for c in resource.configs if c.config_operation not in range(4)), None)
-    if kind in (TOPIC, BROKER) and unknown_op is not None:
+    if kind in (TOPIC, BROKER, GROUP) and unknown_op is not None:
         return ErrorCode.invalid_request, f"Unknown operations type {unknown_op}"
     if kind == BROKER:
         refused = check_broker_name(request.broker, name)
@@ -145,6 +163,13 @@ async def _alter(request: Request, resource: KioMessage, repeated: Resources, va
             return refused
         changes, refused = _topic_changes(request.broker.store.topic_overrides(name), resource.configs)
         return refused or await alter_topic(request, name, changes, validate_only)
+    if kind == GROUP:
+        listed = next((c for c in resource.configs if c.config_operation in OP_NAMES), None)
+        if listed is not None:
+            return (ErrorCode.invalid_config,
+                    f"Can't {OP_NAMES[listed.config_operation]} to key {listed.name} because its type is not LIST.")
+        configs = resource.configs
+        return await alter_group(request, name, lambda current: _group_configs(current, configs), validate_only)
     if kind == BROKER_LOGGER:
         return ErrorCode.invalid_request, "broker loggers are not exposed by this broker"
     return ErrorCode.invalid_request, f"Unknown resource type {kind}"

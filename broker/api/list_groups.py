@@ -1,9 +1,10 @@
-"""ListGroups (16), v0-5: every group this coordinator has, classic and KIP-848 consumer groups alike.
+"""ListGroups (16), v0-5: every group this coordinator has: classic, KIP-848 consumer and KIP-932 share groups.
 
 v4 lists only the groups in the states asked, v5 only those of the types
-asked ("classic", "consumer"; case-insensitive) and names each group's type.
-A consumer group's protocol type is "consumer" and its states are Kafka's
-(Empty, Assigning, Reconciling, Stable). As Kafka's KafkaApis: DESCRIBE on the
+asked ("classic", "consumer", "share"; case-insensitive) and names each
+group's type. A consumer group's protocol type is "consumer" and its states
+are Kafka's (Empty, Assigning, Reconciling, Stable); a share group's protocol
+type is "share" and its states Empty and Stable. As Kafka's KafkaApis: DESCRIBE on the
 CLUSTER lists every group; without it, only the groups the principal may
 DESCRIBE, and the others are not named.
 """

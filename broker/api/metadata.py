@@ -57,7 +57,12 @@ from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build
 from logstore.broker.api.kit import AclOperation, Outcome, ResourceType, authorized, coordinate, denied
 from logstore.broker.api.topic_creation import MAX_PARTITIONS_PER_REQUEST, TOO_MANY_PARTITIONS, NewTopic, create_topics
 from logstore.broker.context import BrokerContext
-from logstore.broker.coordinator.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TXN_STATE_TOPIC
+from logstore.broker.coordinator.internal_topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    SHARE_STATE_TOPIC,
+    TXN_STATE_TOPIC,
+)
 from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, ResponseFrame, encode_body, frame_of_body
 from logstore.errors import InvalidTopicError, LogStoreError
 from logstore.topics import validate_topic_name
@@ -168,6 +173,8 @@ def _auto_partitions(broker: BrokerContext, name: str) -> int:
         return int(broker.config["offsets.topic.num.partitions"])
     if name == TXN_STATE_TOPIC:
         return int(broker.config["transaction.state.log.num.partitions"])
+    if name == SHARE_STATE_TOPIC:
+        return int(broker.config["share.coordinator.state.topic.num.partitions"])
     return int(broker.config["num.partitions"])
 
 
@@ -181,7 +188,8 @@ def _valid(name: str) -> bool:
 
 def _create_internal(broker: BrokerContext, name: str) -> int:
     # Through the coordinators, which create them with their own settings and under their own lock.
-    (broker.transactions.ensure_offsets_topic if name == OFFSETS_TOPIC else broker.transactions.ensure_state_topic)()
+    {OFFSETS_TOPIC: broker.transactions.ensure_offsets_topic, TXN_STATE_TOPIC: broker.transactions.ensure_state_topic,
+     SHARE_STATE_TOPIC: broker.transactions.ensure_share_state_topic}[name]()
     return broker.store.partitions(name)
 
 

@@ -13,6 +13,11 @@ member leaving such a group turns it back into a classic group under
 downgrade or bidirectional (group_migration.py); disabled answers
 GROUP_ID_NOT_FOUND ("not a consumer group") and keeps classic calls out.
 
+A group's own configs (`consumer.session.timeout.ms`,
+`consumer.heartbeat.interval.ms`: group configs, `broker/group_configs.py`)
+replace the broker's for its members: each heartbeat reads them, and a
+change re-arms the sessions of the members at once (`settings_changed`).
+
 Each heartbeat runs on a copy of the group; the records between the copy
 and the group (consumer_group_log.py) are appended, and only then does the
 copy replace the group (prepare, then commit). Sessions and revocation
@@ -26,7 +31,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from logstore.broker.coordinator.consumer_group import (
     LEAVE_EPOCH,
@@ -111,13 +117,43 @@ class ConsumerGroupManager:
     """
 
     def __init__(self, context: GroupContext, groups: GroupStore, config: GroupConfig,
-                 partition_of: Callable[[str], int], timers: ConsumerTimers, migration: GroupMigration) -> None:
+                 partition_of: Callable[[str], int], timers: ConsumerTimers, migration: GroupMigration, *,
+                 group_setting: Callable[[str, str], Any] | None = None) -> None:
+        """`group_setting(group_id, name)`: a group config's value for a group (its own `consumer.*`, else the
+        broker's); None: every group runs with the broker's `config.consumer`."""
         self._context = context
         self._groups = groups
         self._config = config
         self._partition_of = partition_of
         self._timers = timers
         self._migration = migration
+        self._group_setting = group_setting
+
+    def group_config(self, group_id: str) -> ConsumerGroupConfig:
+        """The consumer protocol's settings of one group: the broker's, with the group's own session timeout and
+        heartbeat interval (its group configs)."""
+        if self._group_setting is None:
+            return self._config.consumer
+        return replace(self._config.consumer,
+                       session_timeout_ms=self._group_setting(group_id, "consumer.session.timeout.ms"),
+                       heartbeat_interval_ms=self._group_setting(group_id, "consumer.heartbeat.interval.ms"))
+
+    def settings_changed(self, group_id: str) -> None:
+        """The group's configs changed: its consumer-protocol members' sessions run with its session timeout from
+        now, so a shorter one expires a silent member without waiting for the old deadline (a classic member
+        keeps the timeout it joined with)."""
+        if self._group_setting is None:
+            return
+        session_ms = self._timers.session_timeout_ms(group_id)
+        now = self._context.clock()
+        with self._context.lock:
+            group = self._groups.get(group_id)
+            if group is None or group.consumer is None:
+                return
+            for member in group.consumer.members.values():
+                if member.classic is None:
+                    member.session_deadline = now + session_ms
+                    self._timers.watch(group, member.member_id)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -145,7 +181,7 @@ class ConsumerGroupManager:
         owned = None if owned is None else [(topic_id, tuple(ps)) for topic_id, ps in owned]
         _check_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id, rebalance_timeout_ms,
                          subscribed_topic_names, subscribed_topic_regex, owned, member_id_required)
-        cfg: ConsumerGroupConfig = self._config.consumer
+        cfg = self.group_config(group_id)
         if server_assignor is not None and server_assignor not in cfg.assignors:
             # Checked before the group, as Kafka's service does.
             raise UnsupportedAssignorError(f"ServerAssignor {server_assignor} is not supported. Supported "

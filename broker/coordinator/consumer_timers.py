@@ -7,7 +7,8 @@ remembered per member, so a superseded timer that fires does nothing.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from logstore.broker.coordinator.consumer_group import ConsumerGroupConfig
 from logstore.broker.coordinator.group_context import GroupContext
@@ -20,10 +21,21 @@ class ConsumerTimers:
     Every method runs under the context's lock.
     """
 
-    def __init__(self, context: GroupContext, config: ConsumerGroupConfig) -> None:
+    def __init__(self, context: GroupContext, config: ConsumerGroupConfig, *,
+                 group_setting: Callable[[str, str], Any] | None = None) -> None:
+        """`group_setting(group_id, name)`: a group config's value for a group (its own `consumer.*`, else the
+        broker's); None: every group runs with `config`."""
         self._context = context
         self._config = config
+        self._group_setting = group_setting
         self._queued: dict[tuple[str, str], int] = {}
+
+    def session_timeout_ms(self, group_id: str) -> int:
+        """The session timeout of the group's consumer-protocol members (its consumer.session.timeout.ms)."""
+        if self._group_setting is None:
+            return self._config.session_timeout_ms
+        timeout: int = self._group_setting(group_id, "consumer.session.timeout.ms")
+        return timeout
 
     def watch(self, group: Group, member_id: str) -> None:
         """Queue the member's next deadline unless an earlier one is queued (a later one is found then)."""
@@ -56,8 +68,9 @@ class ConsumerTimers:
     def start_sessions(self, group: Group, now: int) -> None:
         """After loading: every member's session starts now, and its members heartbeat on."""
         consumer = group.consumer_group()
+        session_ms = self.session_timeout_ms(group.group_id)
         for member in consumer.members.values():
-            member.session_deadline = now + (self._config.session_timeout_ms if member.classic is None
+            member.session_deadline = now + (session_ms if member.classic is None
                                              else member.classic.session_timeout_ms)
             member.revocation_deadline = member.classic_deadline = None
             self.watch(group, member.member_id)

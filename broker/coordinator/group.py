@@ -1,5 +1,5 @@
-"""The group coordinator: classic and KIP-848 consumer groups and their committed offsets, over
-`__consumer_offsets`.
+"""The group coordinator: classic and KIP-848 consumer groups and their committed offsets, and KIP-932
+share groups, over `__consumer_offsets`.
 
 As Kafka 4's GroupCoordinatorShard, it is a façade over parts that each
 receive what they use in their constructor:
@@ -13,9 +13,15 @@ receive what they use in their constructor:
   consumer_timers.py): KIP-848 consumer groups;
 - `GroupMigration` (group_migration.py): conversions between the two, and
   classic members inside a consumer group;
-- `OffsetManager` (group_offsets.py): committed offsets, deletion, expiry.
+- `OffsetManager` (group_offsets.py): committed offsets, deletion, expiry;
+- `ShareGroupManager` (share_groups.py): share groups, their sessions, and
+  what the share-fetch path is told of them (its `ShareListener`).
 
-The façade routes each call by the kind of group its id names. A JoinGroup
+The façade routes each call by the kind of group its id names. Kafka's
+refusals of the other kinds' calls on a share group's id are here:
+JoinGroup INCONSISTENT_GROUP_PROTOCOL; ConsumerGroupHeartbeat, offset
+commits, fetches and deletes GROUP_ID_NOT_FOUND ("... is not a consumer
+group."); SyncGroup, Heartbeat and LeaveGroup UNKNOWN_MEMBER_ID. A JoinGroup
 to an empty consumer group converts it (Kafka's offline downgrade); other
 classic calls to a consumer group go to its members speaking the classic
 protocol, which the migration policy lets in.
@@ -31,7 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from logstore.broker.coordinator.classic_groups import NEW_MEMBER_JOIN_TIMEOUT_MS, ClassicGroupManager
 from logstore.broker.coordinator.classic_rebalance import ClassicRebalancer
@@ -54,12 +60,22 @@ from logstore.broker.coordinator.group_results import (
 )
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset
 from logstore.broker.coordinator.group_store import GroupStore
+from logstore.broker.coordinator.share_group import ShareGroupConfig
+from logstore.broker.coordinator.share_groups import (
+    ShareGroupDescription,
+    ShareGroupManager,
+    ShareHeartbeatResult,
+    ShareListener,
+    share_ids,
+)
 from logstore.errors import (
     CoordinatorNotAvailableError,
     GroupIdNotFoundError,
+    InconsistentGroupProtocolError,
     InvalidGroupIdError,
     InvalidSessionTimeoutError,
     LogStoreError,
+    UnknownMemberIdError,
 )
 
 if TYPE_CHECKING:
@@ -76,6 +92,10 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _not_consumer(group_id: str) -> GroupIdNotFoundError:
+    return GroupIdNotFoundError(f"Group {group_id} is not a consumer group.")
+
+
 def _answered(value: T | BaseException) -> Future[T]:
     future: Future[T] = Future()
     if isinstance(value, BaseException):
@@ -86,15 +106,20 @@ def _answered(value: T | BaseException) -> Future[T]:
 
 
 class GroupCoordinator:
-    """Classic and KIP-848 consumer groups and committed offsets, persisted in `__consumer_offsets`.
+    """Classic and KIP-848 consumer groups and committed offsets, and KIP-932 share groups, persisted in
+    `__consumer_offsets`.
 
     Task-safe: every call may come from any thread (the broker's coordinator pool, the upkeep thread,
     in-process clients); the context's lock serialises their decisions, and fsyncs are waited for
-    outside it. Times are ms.
+    outside it. Times are ms. `share_listener` hears of share groups' partitions, leaving members and
+    deletions (outside the lock); `group_setting(group_id, name)` is a group's config (a group config or
+    the broker's default; None: the broker's `share_config` and `config`).
     """
 
     def __init__(self, store: LogManager, transactions: TransactionCoordinator, config: GroupConfig = GroupConfig(),
-                 *, clock: Callable[[], int] = _now_ms, on_timer: Callable[[], None] | None = None) -> None:
+                 *, clock: Callable[[], int] = _now_ms, on_timer: Callable[[], None] | None = None,
+                 share_config: ShareGroupConfig | None = None, share_listener: ShareListener | None = None,
+                 group_setting: Callable[[str, str], Any] | None = None) -> None:
         self.store = store
         self.transactions = transactions
         self.config = config
@@ -102,13 +127,19 @@ class GroupCoordinator:
         self._group_store = GroupStore(store)
         self._rebalancer = ClassicRebalancer(self._context, config)
         self._classic = ClassicGroupManager(self._context, self._group_store, config, self._rebalancer)
-        self._consumer_timers = ConsumerTimers(self._context, config.consumer)
+        self._consumer_timers = ConsumerTimers(self._context, config.consumer, group_setting=group_setting)
         self._migration = GroupMigration(self._context, self._group_store, config, self._rebalancer,
                                          self._consumer_timers)
         self._consumers = ConsumerGroupManager(self._context, self._group_store, config, self.partition_of,
-                                               self._consumer_timers, self._migration)
+                                               self._consumer_timers, self._migration, group_setting=group_setting)
         self._offsets = OffsetManager(self._context, self._group_store, config, self.partition_of,
                                       transactions.verified_write, self._consumers)
+        self._shares = ShareGroupManager(self._context, self._group_store, share_config or ShareGroupConfig(),
+                                         self.partition_of, share_listener, group_setting)
+
+    def _is_share(self, group_id: str) -> bool:
+        with self._context.lock:
+            return group_id in self._group_store.shares
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` if it is missing (Kafka does so at the first FindCoordinator)."""
@@ -121,23 +152,29 @@ class GroupCoordinator:
     def load(self) -> int:
         """Rebuild every group and its offsets from `__consumer_offsets`; how many groups there are."""
         now = self._context.clock()
-        groups, txn_groups = self._group_store.read(now, self._context.topic_names().get)
+        groups, txn_groups, shares = self._group_store.read(now, self._context.topic_names().get)
         with self._context.lock:
-            self._group_store.replace(groups, txn_groups)
+            self._group_store.replace(groups, txn_groups, shares)
+            self._shares.start_sessions(now)
             self._consumer_timers.clear()
             for group in groups.values():
                 for member in group.members.values():
                     self._rebalancer.schedule_member(group, member, member.heartbeat_deadline)
                 if group.consumer is not None:
                     self._consumer_timers.start_sessions(group, now)
-        return len(groups)
+        return len(groups) + len(shares)
 
     def poll(self, now: int | None = None) -> int | None:
         """Act on every deadline passed (sessions, join phases); the next deadline, or None."""
         now = self._context.clock() if now is None else now
         fx = Effects()
+        expired: list[tuple[str, str]] = []
         with self._context.lock:
             for deadline, group_id, member_id in self._context.due(now):
+                if member_id is not None and group_id in self._group_store.shares:
+                    if self._shares.on_member_deadline(group_id, member_id, deadline, now, fx):
+                        expired.append((group_id, member_id))
+                    continue
                 group = self._group_store.get(group_id)
                 if group is None:
                     continue
@@ -150,6 +187,8 @@ class GroupCoordinator:
                     self._rebalancer.on_member_deadline(group, member_id, deadline, now, fx)
             wake_at = self._context.rearm()
         self._context.finish(fx, strict=False)
+        for group_id, member_id in expired:
+            self._shares.member_expired(group_id, member_id)
         return wake_at
 
     # -- the classic protocol ------------------------------------------------------------------
@@ -160,6 +199,8 @@ class GroupCoordinator:
         """JoinGroup: a future of the `JoinResult`, answered when the rebalance completes (or an error)."""
         if not group_id:
             return _answered(InvalidGroupIdError("the group id is empty"))
+        if self._is_share(group_id):
+            return _answered(InconsistentGroupProtocolError(f"Group {group_id} is a share group."))
         cfg = self.config
         if not cfg.min_session_timeout_ms <= session_timeout_ms <= cfg.max_session_timeout_ms:
             return _answered(InvalidSessionTimeoutError(
@@ -196,6 +237,8 @@ class GroupCoordinator:
                    assignments: Mapping[str, bytes], protocol_type: str | None = None,
                    protocol_name: str | None = None) -> Future[SyncResult]:
         """SyncGroup: a future of the member's `SyncResult`, answered once the leader's assignment is stored."""
+        if self._is_share(group_id):
+            return _answered(UnknownMemberIdError(f"Group {group_id} is a share group: it has no classic members."))
         now = self._context.clock()
         fx = Effects()
         waiter: Future[SyncResult] = Future()
@@ -228,6 +271,8 @@ class GroupCoordinator:
         """Heartbeat: the member is alive; raises RebalanceInProgressError when it must rejoin."""
         now = self._context.clock()
         with self._context.lock:
+            if group_id in self._group_store.shares:
+                raise UnknownMemberIdError(f"Group {group_id} is a share group: it has no classic members.")
             group = self._group_store.get(group_id)
             if group is not None and group.consumer is not None:
                 self._migration.classic_heartbeat(group, generation_id, member_id, group_instance_id, now)
@@ -239,6 +284,9 @@ class GroupCoordinator:
         now = self._context.clock()
         fx = Effects()
         with self._context.lock:
+            if group_id in self._group_store.shares:
+                return [UnknownMemberIdError(f"Group {group_id} is a share group: it has no classic members.")
+                        for _ in members]
             group = self._group_store.get(group_id)
             if group is not None and self._migration.takes_classic_members(group):
                 results = self._migration.classic_leave(group, members, fx)
@@ -257,6 +305,8 @@ class GroupCoordinator:
                                  client_host: str = "", member_id_required: bool = True) -> ConsumerHeartbeatResult:
         """ConsumerGroupHeartbeat (`owned` by topic id; `member_id_required` from v1, where the client makes
         its id); Kafka's errors are raised."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
         return self._consumers.heartbeat(
             group_id, member_id, member_epoch, instance_id=instance_id, rack_id=rack_id,
             rebalance_timeout_ms=rebalance_timeout_ms, subscribed_topic_names=subscribed_topic_names,
@@ -264,8 +314,10 @@ class GroupCoordinator:
             client_id=client_id, client_host=client_host, member_id_required=member_id_required)
 
     def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
-        """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown or classic one."""
-        return self._consumers.describe(group_ids)
+        """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown, classic or share one."""
+        found = self._consumers.describe(group_ids)
+        return [ConsumerGroupDescription(d.group_id, error=_not_consumer(d.group_id))
+                if d.error is not None and self._is_share(d.group_id) else d for d in found]
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -273,6 +325,8 @@ class GroupCoordinator:
                        offsets: Mapping[TopicPartition, OffsetCommit], expire_timestamp: int = -1,
                        api_version: int | None = None) -> dict[TopicPartition, LogStoreError | None]:
         """OffsetCommit: persist (offset, leader epoch, metadata) per partition; an error or None for each."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
         return self._offsets.commit_offsets(group_id, member_id, group_instance_id, generation_id, offsets,
                                             expire_timestamp, api_version)
 
@@ -281,6 +335,8 @@ class GroupCoordinator:
                            offsets: Mapping[TopicPartition, OffsetCommit]
                            ) -> dict[TopicPartition, LogStoreError | None]:
         """TxnOffsetCommit: offsets written in the producer's transaction, pending until its marker."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
         return self._offsets.commit_txn_offsets(transactional_id, group_id, producer_id, producer_epoch, member_id,
                                                 group_instance_id, generation_id, offsets)
 
@@ -292,11 +348,15 @@ class GroupCoordinator:
                       require_stable: bool = False, member_id: str | None = None, member_epoch: int = -1
                       ) -> dict[TopicPartition, CommittedOffset | LogStoreError | None]:
         """OffsetFetch: the committed offset of each partition (None if none; all of the group's for None)."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
         return self._offsets.fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
 
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
                        ) -> dict[TopicPartition, LogStoreError | None]:
         """OffsetDelete: forget offsets of topics the group does not consume."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
         return self._offsets.delete_offsets(group_id, partitions)
 
     def delete_topic_offsets(self, topic: str) -> int:
@@ -304,8 +364,14 @@ class GroupCoordinator:
         return self._offsets.delete_topic_offsets(topic)
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, LogStoreError | None]:
-        """DeleteGroups: remove empty groups and their offsets; an error or None for each."""
-        return self._offsets.delete_groups(group_ids)
+        """DeleteGroups: remove empty groups and their offsets (share groups and their records); an error or
+        None for each."""
+        with self._context.lock:
+            shares, others = share_ids(self._group_store, group_ids)
+        errors = self._offsets.delete_groups(others) if others else {}
+        if shares:
+            errors.update(self._shares.delete(shares))
+        return errors
 
     def expire_offsets(self, now: int | None = None) -> int:
         """Drop offsets older than offsets.retention.minutes, and the empty groups left with none; how many
@@ -324,12 +390,40 @@ class GroupCoordinator:
         return [(g.group_id, g.protocol_type, g.state) for g in self.listed_groups(states)]
 
     def listed_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()) -> list[ListedGroup]:
-        """ListGroups v5: every group of both kinds, or those in `states` and of `types` (case-insensitive,
+        """ListGroups v5: every group of every kind, or those in `states` and of `types` (case-insensitive,
         as Kafka compares them)."""
         wanted = {s.strip().lower() for s in states}
         kinds = {t.strip().lower() for t in types}
         with self._context.lock:
             listed = [ListedGroup(g.group_id, CONSUMER_PROTOCOL if g.consumer is not None else g.protocol_type or "",
                                   g.state_name, g.group_type) for g in self._group_store]
+            listed += self._shares.listed()
         return [g for g in listed if (not wanted or g.state.lower() in wanted)
                 and (not kinds or g.group_type in kinds)]
+
+    # -- KIP-932 share groups ---------------------------------------------------------------------
+
+    def share_group_heartbeat(self, group_id: str, member_id: str, member_epoch: int, *, rack_id: str | None = None,
+                              subscribed_topic_names: Iterable[str] | None = None, client_id: str = "",
+                              client_host: str = "") -> ShareHeartbeatResult:
+        """ShareGroupHeartbeat; Kafka's errors are raised."""
+        return self._shares.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
+                                      subscribed_topic_names=subscribed_topic_names, client_id=client_id,
+                                      client_host=client_host)
+
+    def share_group_describe(self, group_ids: Iterable[str]) -> list[ShareGroupDescription]:
+        """ShareGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown or other kind of group."""
+        return self._shares.describe(group_ids)
+
+    def group_configs_changed(self, group_id: str) -> None:
+        """A group's configs changed (durably): its consumer-protocol members run with them from now; share
+        groups read theirs at each heartbeat."""
+        self._consumers.settings_changed(group_id)
+
+    def is_share_member(self, group_id: str, member_id: str) -> bool:
+        """Whether `member_id` is a member of the share group `group_id` now."""
+        return self._shares.is_member(group_id, member_id)
+
+    def share_group_partitions(self, group_id: str) -> list[tuple[str, int]]:
+        """The share group's partitions whose share state is initialized."""
+        return self._shares.partitions(group_id)

@@ -5,7 +5,8 @@ GroupCoordinatorShard replays its records: the last GroupMetadata record of
 a group is its metadata (a tombstone ends it, not its offsets), each offset
 record replaces the earlier one of its partition, transactional offsets wait
 for their producer's marker (COMMIT applies them, ABORT drops them), and the
-consumer-group records (types 3-8) rebuild KIP-848 groups.
+consumer-group records (types 3-8) rebuild KIP-848 groups, and the
+share-group records (types 9-15) KIP-932 share groups.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from logstore.broker.coordinator import consumer_group_log
+from logstore.broker.coordinator import consumer_group_log, share_group_log
 from logstore.broker.coordinator.group_log import (
     GroupKey,
     GroupValue,
@@ -25,6 +26,7 @@ from logstore.broker.coordinator.group_log import (
 )
 from logstore.broker.coordinator.group_state import CommittedOffset, Group
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
+from logstore.broker.coordinator.share_group import ShareGroup
 from logstore.errors import CorruptRecordError, StorageError
 from logstore.formats.kafka import read_control_record
 
@@ -37,11 +39,15 @@ log = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 # producer id -> [(group id, partition, offset)] of a transaction not yet ended
 PendingOffsets = dict[int, list[tuple[str, TopicPartition, CommittedOffset]]]
+# What `read` finds: the classic and consumer groups, the pending-offset index, the share groups.
+Loaded = tuple[dict[str, Group], dict[tuple[int, int], set[str]], dict[str, ShareGroup]]
 
 
 class GroupStore:
     """Every group the coordinator knows (classic and consumer, by id), and which groups hold a producer's
-    pending transactional offsets in which `__consumer_offsets` partition.
+    pending transactional offsets in which `__consumer_offsets` partition; share groups apart, in `shares`
+    (they have no offsets here, and the classic and consumer calls never see them: the façade refuses
+    those calls on a share group's id).
 
     Not locked itself: the coordinator's lock guards it (`read` alone runs outside it).
     """
@@ -51,6 +57,7 @@ class GroupStore:
         self.by_id: dict[str, Group] = {}
         # (partition, producer id) -> groups holding that producer's pending offsets there
         self.txn_groups: dict[tuple[int, int], set[str]] = {}
+        self.shares: dict[str, ShareGroup] = {}
 
     def get(self, group_id: str) -> Group | None:
         """The group, or None."""
@@ -75,27 +82,30 @@ class GroupStore:
     def __len__(self) -> int:
         return len(self.by_id)
 
-    def read(self, now: int, topic_names: Callable[[bytes], str | None]
-             ) -> tuple[dict[str, Group], dict[tuple[int, int], set[str]]]:
-        """The groups and pending-offset index `__consumer_offsets` holds (nothing is changed here);
-        `topic_names` maps the topic ids of consumer-group records to names."""
+    def read(self, now: int, topic_names: Callable[[bytes], str | None]) -> Loaded:
+        """The groups, pending-offset index and share groups `__consumer_offsets` holds (nothing is changed
+        here); `topic_names` maps the topic ids of consumer- and share-group records to names."""
         partitions = self.store.topics().get(OFFSETS_TOPIC, 0)
         groups: dict[str, Group] = {}
         txn_groups: dict[tuple[int, int], set[str]] = {}
+        shares: dict[str, ShareGroup] = {}
         for p in range(partitions):
-            loaded, pending = load_partition(self.store.log(OFFSETS_TOPIC, p), p, now, topic_names)
+            loaded, pending, shared = load_partition(self.store.log(OFFSETS_TOPIC, p), p, now, topic_names)
             groups.update(loaded)
+            shares.update(shared)
             for producer_id, entries in pending.items():
                 for group_id, tp, offset in entries:
                     group = groups.setdefault(group_id, Group(group_id, p))
                     group.pending_txn_offsets.setdefault(producer_id, {})[tp] = offset
                     txn_groups.setdefault((p, producer_id), set()).add(group_id)
-        return groups, txn_groups
+        return groups, txn_groups, shares
 
-    def replace(self, groups: dict[str, Group], txn_groups: dict[tuple[int, int], set[str]]) -> None:
+    def replace(self, groups: dict[str, Group], txn_groups: dict[tuple[int, int], set[str]],
+                shares: dict[str, ShareGroup] | None = None) -> None:
         """Take what `read` returned as the current state (under the lock)."""
         self.by_id = groups
         self.txn_groups = txn_groups
+        self.shares = shares or {}
 
 
 def keep_newer(offsets: dict[TopicPartition, CommittedOffset], tp: TopicPartition,
@@ -108,12 +118,13 @@ def keep_newer(offsets: dict[TopicPartition, CommittedOffset], tp: TopicPartitio
 
 def load_partition(partition_log: Log, partition: int, now: int,
                    topic_names: Callable[[bytes], str | None] = lambda topic_id: None
-                   ) -> tuple[dict[str, Group], PendingOffsets]:
-    """Groups and offsets of one `__consumer_offsets` partition, and the transactional offsets
-    still pending there (producer id -> [(group, partition, offset)]). `topic_names` maps the
-    topic ids of consumer-group records to names."""
+                   ) -> tuple[dict[str, Group], PendingOffsets, dict[str, ShareGroup]]:
+    """Groups and offsets of one `__consumer_offsets` partition, the transactional offsets
+    still pending there (producer id -> [(group, partition, offset)]), and its share groups.
+    `topic_names` maps the topic ids of consumer- and share-group records to names."""
     metadata: dict[str, GroupValue | None] = {}
     consumer_groups = consumer_group_log.ConsumerGroupLoader(topic_names)
+    share_groups = share_group_log.ShareGroupLoader(topic_names)
     offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
     pending: PendingOffsets = {}
     for header, records in partition_log.iter_batches():
@@ -157,6 +168,8 @@ def load_partition(partition_log: Log, partition: int, now: int,
                     consumer_key = consumer_group_log.decode_key(record.key)
                     if consumer_key is not None:
                         consumer_groups.replay(consumer_key, record.value)
+                    elif (share_key := share_group_log.decode_key(record.key)) is not None:
+                        share_groups.replay(share_key, record.value)
             except CorruptRecordError as exc:
                 raise StorageError(f"{OFFSETS_TOPIC}-{partition} offset {record.offset}: {exc}") from exc
     groups: dict[str, Group] = {}
@@ -178,4 +191,8 @@ def load_partition(partition_log: Log, partition: int, now: int,
             group = Group(group_id, partition)
         group.offsets = group_offsets
         groups[group_id] = group
-    return groups, pending
+    shares = share_groups.groups()
+    for group_id in shares.keys() & groups.keys():
+        log.warning("group %r has live share and other records; loaded as a share group", group_id)
+        del groups[group_id]
+    return groups, pending, shares

@@ -1,7 +1,8 @@
 """The records of Kafka's internal topics as JSON, the way kafka-dump-log's decoders print them.
 
-`offsets_record` (--offsets-decoder, `__consumer_offsets`) and
-`transaction_record` (--transaction-log-decoder, `__transaction_state`)
+`offsets_record` (--offsets-decoder, `__consumer_offsets`),
+`transaction_record` (--transaction-log-decoder, `__transaction_state`) and
+`share_group_state_record` (--share-group-state-decoder, `__share_group_state`)
 take a record's key and value bytes and return (key, payload):
 
     key      {"type": "<record type>", "data": {...}}    # a key's version is its record type
@@ -20,9 +21,10 @@ as Kafka's converters leave out unknown tags.
 
 The coordinators' own readers decode what they keep: group_log (record
 types 0-2), consumer_group_log (the keys of types 3-8), txn_log,
-consumer_protocol. The values of types 3-16, which the coordinators replay
-into state rather than decode into values, are read from the schemas below
-with `records.Reader` (flexible version 0 structs):
+consumer_protocol, share.state_records (ShareSnapshot 0, ShareUpdate 1).
+The values of types 3-16, which the coordinators replay into state rather
+than decode into values, are read from the schemas below with
+`records.Reader` (flexible version 0 structs):
 
   __consumer_offsets record types
    0, 1  OffsetCommit                          9  ShareGroupPartitionMetadata
@@ -34,12 +36,13 @@ with `records.Reader` (flexible version 0 structs):
    7     ConsumerGroupTargetAssignmentMember  15  ShareGroupStatePartitionMetadata
    8     ConsumerGroupCurrentMemberAssignment 16  ConsumerGroupRegularExpression
 
-Share-group layouts (KIP-932, a preview in Kafka 4.0) are those of Kafka
-4.0. Kafka writes a nullable tagged struct (ConsumerGroupMemberMetadata's
-ClassicMemberMetadata, tag 0) after a presence varint (1); a payload without
-it, the bare struct, is read too. Another record type raises
-`UnknownRecordType` (not corruption: Kafka prints "Unknown record type");
-bytes that break their schema raise `CorruptRecordError`.
+Share-group layouts (KIP-932) are Kafka 4.2's, and Kafka 4.0's preview ones
+are read too (`_SHARE_VALUES`, at the end). Kafka writes a nullable tagged
+struct (ConsumerGroupMemberMetadata's ClassicMemberMetadata, tag 0) after a
+presence varint (1); a payload without it, the bare struct, is read too.
+Another record type raises `UnknownRecordType` (not corruption: Kafka prints
+"Unknown record type"); bytes that break their schema raise
+`CorruptRecordError`.
 """
 from __future__ import annotations
 
@@ -52,6 +55,7 @@ from logstore.broker.coordinator import consumer_group_log, group_log, txn_log
 from logstore.broker.coordinator.consumer_protocol import TopicPartitions, decode_assignment, decode_subscription
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL
 from logstore.broker.coordinator.records import Reader
+from logstore.broker.share import state_records
 from logstore.checkpoints import topic_id_to_string
 from logstore.dump_records import UnknownRecordType
 from logstore.errors import CorruptRecordError
@@ -187,10 +191,7 @@ def offsets_record(key: bytes | None, value: bytes | None) -> tuple[JsonObject, 
     else:
         if version != consumer_group_log.VALUE_VERSION:
             raise CorruptRecordError(f"record type {record_type} value version {version} is not 0")
-        reader = Reader(value, f"record type {record_type} value")
-        reader.int(2)
-        data = _read_struct(reader, _VALUES[record_type], _TAGGED.get(record_type))
-        reader.end()
+        data = _schema_value(record_type, value)
     return key_json, {"version": str(version), "data": data}
 
 
@@ -318,3 +319,75 @@ def _txn_partitions(v: txn_log.TxnLogValue) -> list[JsonObject] | None:
     for topic, partition in sorted(v.partitions):
         by_topic.setdefault(topic, []).append(partition)
     return [{"topic": topic, "partitionIds": ids} for topic, ids in by_topic.items()]
+
+
+# -- share groups: Kafka 4.1+ layouts first, then the 4.0 preview's in `_VALUES` -------------------------
+
+_INIT_TOPIC: _Struct = [("topicId", "uuid"), ("topicName", "string"), ("partitions", ("[]", "int32")),
+                        ("createTimestamp", "int64")]
+# Kafka 4.1 added ShareGroupMetadata's MetadataHash and reshaped ShareGroupStatePartitionMetadata (both still
+# value version 0: share groups were a preview before), so a value is tried in the newer layout first.
+_SHARE_VALUES: dict[int, _Struct] = {
+    11: [("epoch", "int32"), ("metadataHash", "int64")],
+    15: [("initializingTopics", ("[]", _INIT_TOPIC)), ("initializedTopics", ("[]", _INIT_TOPIC)),
+         ("deletingTopics", ("[]", [("topicId", "uuid"), ("topicName", "string")]))],
+}
+
+
+def _schema_value(record_type: int, value: bytes) -> JsonObject:
+    """A version-0 value of record types 3-16 read from its schema (a share-group one in Kafka 4.2's layout,
+    else in Kafka 4.0's)."""
+    layouts = [_VALUES[record_type]]
+    if record_type in _SHARE_VALUES:
+        layouts.insert(0, _SHARE_VALUES[record_type])
+    for i, fields in enumerate(layouts):
+        reader = Reader(value, f"record type {record_type} value")
+        reader.int(2)
+        try:
+            data = _read_struct(reader, fields, _TAGGED.get(record_type))
+            reader.end()
+            return data
+        except CorruptRecordError:
+            if i == len(layouts) - 1:
+                raise
+    raise AssertionError("unreachable: the last layout returns or raises")
+
+
+# -- __share_group_state ---------------------------------------------------------------------------------
+
+def share_group_state_record(key: bytes | None, value: bytes | None) -> tuple[JsonObject, JsonObject | str]:
+    """(key, payload) of a `__share_group_state` record as kafka-dump-log --share-group-state-decoder shows it."""
+    if key is None:
+        raise CorruptRecordError("a __share_group_state record has no key")
+    record_type = state_records.record_type(key)
+    if record_type not in (state_records.SNAPSHOT, state_records.UPDATE):
+        raise UnknownRecordType(record_type)
+    _, (group_id, topic_id, partition) = state_records.decode_key(key)
+    key_json: JsonObject = {"type": str(record_type), "data": {"groupId": group_id,
+                                                               "topicId": topic_id_to_string(topic_id),
+                                                               "partition": partition}}
+    if value is None:
+        return key_json, TOMBSTONE
+    version = _version(value, "__share_group_state value")
+    data: JsonObject
+    if record_type == state_records.SNAPSHOT:
+        snapshot = state_records.decode_snapshot(value)
+        s = snapshot.state
+        data = {"snapshotEpoch": snapshot.snapshot_epoch, "stateEpoch": s.state_epoch,
+                "leaderEpoch": s.leader_epoch, "startOffset": s.start_offset}
+        count, batches = snapshot.delivery_complete_count, s.batches
+        tail: JsonObject = {"createTimestamp": snapshot.create_timestamp,
+                            "writeTimestamp": snapshot.write_timestamp}
+    else:
+        update = state_records.decode_update(value)
+        data = {"snapshotEpoch": update.snapshot_epoch, "leaderEpoch": update.leader_epoch,
+                "startOffset": update.start_offset}
+        count, batches, tail = update.delivery_complete_count, update.batches, {}
+    # A tagged field shows only when it differs from its default, in its place in the schema.
+    if count != state_records.UNKNOWN_COUNT:
+        data["deliveryCompleteCount"] = count
+    data.update(tail)
+    data["stateBatches"] = [{"firstOffset": b.first_offset, "lastOffset": b.last_offset,
+                             "deliveryState": int(b.delivery_state), "deliveryCount": b.delivery_count}
+                            for b in batches]
+    return key_json, {"version": str(version), "data": data}

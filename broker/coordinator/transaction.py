@@ -35,7 +35,13 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from logstore.broker.coordinator.internal_topics import INTERNAL_TOPICS, OFFSETS_TOPIC, TXN_STATE_TOPIC, InternalTopics
+from logstore.broker.coordinator.internal_topics import (
+    INTERNAL_TOPICS,
+    OFFSETS_TOPIC,
+    TXN_STATE_TOPIC,
+    InternalTopics,
+    ShareStateTopicConfig,
+)
 from logstore.broker.coordinator.txn_config import TxnConfig
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_markers import TxnCompleter, TxnMarkerWriter
@@ -82,12 +88,15 @@ class TransactionCoordinator:
 
     def __init__(self, store: LogManager, allocate_producer_id: Callable[[], int], config: TxnConfig = TxnConfig(),
                  *, clock: Callable[[], int] = _now_ms,
-                 on_markers: Callable[[list[tuple[str, int]]], None] | None = None) -> None:
+                 on_markers: Callable[[list[tuple[str, int]]], None] | None = None,
+                 share_state_topic: ShareStateTopicConfig | None = None) -> None:
         self.store = store
         self.config = config
         self._allocate = allocate_producer_id
         self._clock = clock
-        self._topics = InternalTopics(store, config)
+        self._topics = InternalTopics(store, config, share_state_topic or ShareStateTopicConfig())
+        # Shared with the share coordinator, whose `__share_group_state` is created the same way.
+        self.internal_topics = self._topics
         self._state = TxnStateStore(store, self._topics, config.fsync)
         self._markers = TxnMarkerWriter(store, config.fsync, on_markers or (lambda partitions: None))
         self._completer = TxnCompleter(self._state, self._markers, clock)
@@ -112,6 +121,10 @@ class TransactionCoordinator:
     def ensure_state_topic(self) -> None:
         """Create `__transaction_state` if it is missing (Kafka does so at the first lookup)."""
         self._topics.ensure_state_topic()
+
+    def ensure_share_state_topic(self) -> None:
+        """Create `__share_group_state` if it is missing."""
+        self._topics.ensure_share_state_topic()
 
     def ensure_offsets_topic(self) -> None:
         """Create `__consumer_offsets` if it is missing (Kafka does so at the first group lookup)."""

@@ -15,10 +15,12 @@
         for tp, records in consumer.poll(1.0).items():
             ...
 
-Both drive the node's transaction and group coordinators, the very objects a
-broker serves, so fencing, exactly-once offsets and group rebalances behave
-as they do over the wire. One process holds a data directory at a time (its
-`.lock`); a second `open` fails with LogDirLockedError.
+A `ShareConsumer` (share_consumer.py) is a KIP-932 share-group member, for
+in-process queues. All drive the node's transaction, group and share
+coordinators, the very objects a broker serves, so fencing, exactly-once
+offsets, group rebalances and record locks behave as they do over the wire.
+One process holds a data directory at a time (its `.lock`); a second `open`
+fails with LogDirLockedError.
 
 Authorization is the broker's: `authorizer.class.name` among the settings
 (Kafka's StandardAuthorizer reads the directory's ACLs, with `super.users`)
@@ -41,10 +43,12 @@ from logstore.broker.embedded.producer import (
     RecordMetadata,
     TransactionAbortedError,
 )
+from logstore.broker.embedded.share_consumer import AcknowledgementError, AckType, ShareConsumer, ShareRecord
 from logstore.broker.node import Node
 
-__all__ = ["Consumer", "GroupMetadata", "IllegalStateError", "NoOffsetForPartitionError", "Node", "Producer",
-           "RecordFuture", "RecordMetadata", "TransactionAbortedError", "open"]
+__all__ = ["AckType", "AcknowledgementError", "Consumer", "GroupMetadata", "IllegalStateError",
+           "NoOffsetForPartitionError", "Node", "Producer", "RecordFuture", "RecordMetadata", "ShareConsumer",
+           "ShareRecord", "TransactionAbortedError", "open"]
 
 
 def open(path: str, settings: Mapping[str, Any] | None = None) -> Node:  # noqa: A001 - reads like logstore.open

@@ -18,6 +18,7 @@ admin_broker = admin_cli_broker.admin_broker   # the fixture
 COMMAND_LINES = {
     "transactions": ["transactions", "list"],
     "groups": ["groups", "--list"],
+    "share-groups": ["share-groups", "--list"],
     "acls": ["acls", "--list"],
     "configs": ["configs", "--describe", "--entity-type", "topics"],
     "topics": ["topics", "--list"],

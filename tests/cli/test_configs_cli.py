@@ -125,5 +125,5 @@ def test_bad_arguments_are_one_line_and_exit_2(admin_broker):
             (("--describe", "--topic", "t", "--user", "u"), "one entity type at a time"),
             (("--describe", "--topic", "bad name"), "not a legal topic name"),
             (("--describe", "--user", "u", "--all"), "--all goes with --describe of topics or brokers"),
-            (("--describe", "--entity-type", "groups"), "invalid choice")]:
+            (("--describe", "--entity-type", "group"), "invalid choice")]:
         one_line_error(cli(admin_broker, "configs", *args), 2, "logstore configs", fragment)

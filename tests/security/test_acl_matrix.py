@@ -126,6 +126,15 @@ REQUIRED: dict[int, tuple[Requirement, ...]] = {
     68: (need(Op.READ, RT.GROUP),),                                            # ConsumerGroupHeartbeat
     69: (need(Op.DESCRIBE, RT.GROUP),),                                        # ConsumerGroupDescribe
     75: (need(Op.DESCRIBE, RT.TOPIC),),                                        # DescribeTopicPartitions
+    76: (need(Op.READ, RT.GROUP), need(Op.DESCRIBE, RT.TOPIC)),                # ShareGroupHeartbeat
+    77: (need(Op.DESCRIBE, RT.GROUP),),                                        # ShareGroupDescribe
+    # ShareFetch and ShareAcknowledge also need READ on each TOPIC; they name topics by id, which a request
+    # built from names cannot carry: test_share_authorization.py checks that half.
+    78: (need(Op.READ, RT.GROUP),),                                            # ShareFetch
+    79: (need(Op.READ, RT.GROUP),),                                            # ShareAcknowledge
+    90: (need(Op.DESCRIBE, RT.GROUP), need(Op.DESCRIBE, RT.TOPIC)),            # DescribeShareGroupOffsets
+    91: (need(Op.READ, RT.GROUP), need(Op.READ, RT.TOPIC)),                    # AlterShareGroupOffsets
+    92: (need(Op.DELETE, RT.GROUP), need(Op.READ, RT.TOPIC)),                  # DeleteShareGroupOffsets
 }
 FILTERS = {16, 66}
 NO_ACL = {k for k, v in REQUIRED.items() if not v}
@@ -225,6 +234,18 @@ REQUESTS: dict[int, tuple[int, Callable[[Names], Any]]] = {
                               topic_partitions=[])),
     69: (0, lambda n: request(69, 0, group_ids=[n[RT.GROUP]])),
     75: (0, lambda n: request(75, 0, topics=[{"name": n[RT.TOPIC]}], response_partition_limit=2000)),
+    76: (1, lambda n: request(76, 1, group_id=n[RT.GROUP], member_id="acl", member_epoch=0, rack_id=None,
+                              subscribed_topic_names=[n[RT.TOPIC]])),
+    77: (1, lambda n: request(77, 1, group_ids=[n[RT.GROUP]], include_authorized_operations=False)),
+    78: (1, lambda n: request(78, 1, group_id=n[RT.GROUP], member_id="acl", share_session_epoch=0, max_wait=0,
+                              min_bytes=1, max_bytes=10_000, max_records=10, batch_size=10, topics=[],
+                              forgotten_topics_data=[])),
+    79: (1, lambda n: request(79, 1, group_id=n[RT.GROUP], member_id="acl", share_session_epoch=1, topics=[])),
+    90: (1, lambda n: request(90, 1, groups=[{"group_id": n[RT.GROUP], "topics": [
+        {"topic_name": n[RT.TOPIC], "partitions": [0]}]}])),
+    91: (0, lambda n: request(91, 0, group_id=n[RT.GROUP], topics=[
+        {"topic_name": n[RT.TOPIC], "partitions": [{"partition_index": 0, "start_offset": 0}]}])),
+    92: (0, lambda n: request(92, 0, group_id=n[RT.GROUP], topics=[{"topic_name": n[RT.TOPIC]}])),
 }
 
 # Rows of Kafka's table for another form of an API's request: (label, requirements, request of the names).
