@@ -151,6 +151,36 @@ def list_offsets(client: AdminClient, partitions: Iterable[TopicPartition],
             for t in response.topics for p in t.partitions}
 
 
+def offsets_at(client: AdminClient, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
+    """`list_offsets` of partitions that must all answer: an error is a `BrokerError` naming the partition."""
+    found = list_offsets(client, partitions, timestamp)
+    offsets: dict[TopicPartition, int] = {}
+    for tp in partitions:
+        value = found.get(tp, ErrorCode.unknown_topic_or_partition)
+        if isinstance(value, ErrorCode):
+            raise BrokerError(f"Failed to list the offsets of {tp[0]}-{tp[1]}: {error_name(value)}")
+        offsets[tp] = value
+    return offsets
+
+
+def named_partitions(client: AdminClient, specs: Iterable[str]) -> list[TopicPartition]:
+    """The partitions TOPIC[:P,...] arguments name (a bare topic: all of its partitions), sorted; a topic or
+    partition that does not exist is a `BrokerError`, as the reset tools of Kafka check before asking."""
+    parsed = [parse_partitions(spec) for spec in specs]
+    counts = topic_partitions(client, {topic for topic, _ in parsed})
+    partitions: set[TopicPartition] = set()
+    for topic, asked in parsed:
+        count = counts.get(topic, ErrorCode.unknown_topic_or_partition)
+        if isinstance(count, ErrorCode):
+            raise BrokerError(f"Failed to describe topic {topic}: {error_name(count)}")
+        beyond = [p for p in asked or () if p >= count]
+        if beyond:
+            raise BrokerError(f"Failed to describe partitions {', '.join(f'{topic}-{p}' for p in beyond)}: "
+                              f"{error_name(ErrorCode.unknown_topic_or_partition)}")
+        partitions |= {(topic, p) for p in (range(count) if asked is None else asked)}
+    return sorted(partitions)
+
+
 def committed_offsets(client: AdminClient, group_id: str) -> dict[TopicPartition, tuple[int, int | None]]:
     """Every offset the group has: (offset, leader epoch or None)."""
     response: OffsetFetchResponse = client.request(OffsetFetchRequest(

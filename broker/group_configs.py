@@ -73,32 +73,29 @@ class GroupConfigDef:
     choices: tuple[str, ...] = ()
 
 
+def _ranged(name: str, default: int, doc: str, at_least: int, bound_defaults: tuple[int, int]) -> GroupConfigDef:
+    """An INT group config `<kind>.<rest>` bounded by the broker settings Kafka names for it,
+    `group.<kind>.min.<rest>` and `group.<kind>.max.<rest>` (with Kafka's defaults of those)."""
+    kind, rest = name.split(".", 1)
+    return GroupConfigDef(name, "INT", default, doc, at_least, (f"group.{kind}.min.{rest}", f"group.{kind}.max.{rest}"),
+                          bound_defaults)
+
+
 GROUP_CONFIGS: dict[str, GroupConfigDef] = {d.name: d for d in (
-    GroupConfigDef("consumer.session.timeout.ms", "INT", 45_000,
-                   "The timeout to detect client failures when using the consumer group protocol.", 1,
-                   ("group.consumer.min.session.timeout.ms", "group.consumer.max.session.timeout.ms"),
-                   (45_000, 60_000)),
-    GroupConfigDef("consumer.heartbeat.interval.ms", "INT", 5_000,
-                   "The heartbeat interval given to the members of a consumer group.", 1,
-                   ("group.consumer.min.heartbeat.interval.ms", "group.consumer.max.heartbeat.interval.ms"),
-                   (5_000, 15_000)),
-    GroupConfigDef("share.session.timeout.ms", "INT", 45_000,
-                   "The timeout to detect client failures when using the share group protocol.", 1,
-                   ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms"), (45_000, 60_000)),
-    GroupConfigDef("share.heartbeat.interval.ms", "INT", 5_000,
-                   "The heartbeat interval given to the members of a share group.", 1,
-                   ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms"), (5_000, 15_000)),
-    GroupConfigDef("share.record.lock.duration.ms", "INT", 30_000,
-                   "The record acquisition lock duration in milliseconds for share groups.", 1_000,
-                   ("group.share.min.record.lock.duration.ms", "group.share.max.record.lock.duration.ms"),
-                   (15_000, 60_000)),
-    GroupConfigDef("share.delivery.count.limit", "INT", 5,
-                   "The maximum number of delivery attempts for a record delivered to a share group.", 2,
-                   ("group.share.min.delivery.count.limit", "group.share.max.delivery.count.limit"), (2, 10)),
-    GroupConfigDef("share.partition.max.record.locks", "INT", 2_000,
-                   "Share-group record lock limit per share-partition.", 100,
-                   ("group.share.min.partition.max.record.locks", "group.share.max.partition.max.record.locks"),
-                   (100, 10_000)),
+    _ranged("consumer.session.timeout.ms", 45_000,
+            "The timeout to detect client failures when using the consumer group protocol.", 1, (45_000, 60_000)),
+    _ranged("consumer.heartbeat.interval.ms", 5_000,
+            "The heartbeat interval given to the members of a consumer group.", 1, (5_000, 15_000)),
+    _ranged("share.session.timeout.ms", 45_000,
+            "The timeout to detect client failures when using the share group protocol.", 1, (45_000, 60_000)),
+    _ranged("share.heartbeat.interval.ms", 5_000,
+            "The heartbeat interval given to the members of a share group.", 1, (5_000, 15_000)),
+    _ranged("share.record.lock.duration.ms", 30_000,
+            "The record acquisition lock duration in milliseconds for share groups.", 1_000, (15_000, 60_000)),
+    _ranged("share.delivery.count.limit", 5,
+            "The maximum number of delivery attempts for a record delivered to a share group.", 2, (2, 10)),
+    _ranged("share.partition.max.record.locks", 2_000,
+            "Share-group record lock limit per share-partition.", 100, (100, 10_000)),
     GroupConfigDef("share.auto.offset.reset", "STRING", "latest",
                    "The strategy to initialize the share-partition start offset: earliest, latest, or "
                    "by_duration:<ISO-8601 duration> (PnDTnHnMn.nS, not negative) for the first offset whose "
@@ -109,15 +106,12 @@ GROUP_CONFIGS: dict[str, GroupConfigDef] = {d.name: d for d in (
                    "delivers every record.", choices=("read_committed", "read_uncommitted")),
     GroupConfigDef("share.renew.acknowledge.enable", "BOOLEAN", True,
                    "Whether the renew acknowledge type is enabled for the share group."),
-    GroupConfigDef("streams.session.timeout.ms", "INT", 45_000,
-                   "The timeout to detect client failures when using the streams group protocol. Kept and shown; "
-                   "streams groups are not served by this broker.", 1,
-                   ("group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms"), (45_000, 60_000)),
-    GroupConfigDef("streams.heartbeat.interval.ms", "INT", 5_000,
-                   "The heartbeat interval given to the members of a streams group. Kept and shown; streams groups "
-                   "are not served by this broker.", 1,
-                   ("group.streams.min.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms"),
-                   (5_000, 15_000)),
+    _ranged("streams.session.timeout.ms", 45_000,
+            "The timeout to detect client failures when using the streams group protocol. Kept and shown; "
+            "streams groups are not served by this broker.", 1, (45_000, 60_000)),
+    _ranged("streams.heartbeat.interval.ms", 5_000,
+            "The heartbeat interval given to the members of a streams group. Kept and shown; streams groups "
+            "are not served by this broker.", 1, (5_000, 15_000)),
     GroupConfigDef("streams.num.standby.replicas", "INT", 0,
                    "The number of standby replicas for each task of a streams group. Kept and shown; streams groups "
                    "are not served by this broker.", 0, (None, "group.streams.max.standby.replicas"), (None, 2)),

@@ -116,7 +116,7 @@ if TYPE_CHECKING:
     from kio.schema.list_groups.v4.response import ListGroupsResponse
     from kio.schema.offset_delete.v0.response import OffsetDeleteResponse
 
-__all__ = ["run", "BrokerError", "UsageError", "parse_partitions"]
+__all__ = ["run", "BrokerError", "UsageError", "parse_partitions", "print_deletions", "print_json", "print_rows"]
 
 PROG = "logstore groups"
 GROUP_KEY = i8(0)
@@ -136,7 +136,8 @@ def _text(value: object) -> str:
     return MISSING if value is None else str(value)
 
 
-def _table(headers: list[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
+def print_rows(headers: list[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
+    """A table, None shown as "-"."""
     print_table(headers, [[_text(v) for v in row] for row in rows], out)
 
 
@@ -145,7 +146,8 @@ def _check(code: int, what: str) -> None:
         raise BrokerError(f"{what}: {error_name(code)}")
 
 
-def _dump(document: object, out: TextIO) -> None:
+def print_json(document: object, out: TextIO) -> None:
+    """A JSON document on a line of its own."""
     json.dump(document, out)
     print(file=out)
 
@@ -220,7 +222,7 @@ def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     _check(response.error_code, "Failed to list groups")
     rows = sorted([g.group_id, g.protocol_type, g.group_state] for g in response.groups)
     if args.as_json:
-        _dump({"groups": [dict(zip(("groupId", "protocolType", "state"), row)) for row in rows]}, out)
+        print_json({"groups": [dict(zip(("groupId", "protocolType", "state"), row)) for row in rows]}, out)
     elif args.list_style == "names":
         for group_id, _, _ in rows:
             print(group_id, file=out)
@@ -317,7 +319,7 @@ def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int
                              "assignment": None if m.assignment is None else
                              [{"topic": t, "partition": p} for t, p in m.assignment]} for m in g.members],
                 "offsets": [] if dead else _offset_rows(client, g)})
-        _dump({"groups": documents}, out)
+        print_json({"groups": documents}, out)
         for g in missing:
             print(f"{PROG}: Consumer group '{g.group_id}' does not exist.", file=sys.stderr)
         return 1 if missing else 0
@@ -331,15 +333,15 @@ def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int
         if args.view == "members":
             rows = [[g.group_id, m.member_id, m.group_instance_id, m.host, m.client_id,
                      len(m.assignment or ()), _assignment_text(m.assignment)] for m in g.members]
-            _table(MEMBER_HEADERS, rows, out)
+            print_rows(MEMBER_HEADERS, rows, out)
         elif args.view == "state":
             c = _coordinator(client, g.group_id)
-            _table(STATE_HEADERS, [[g.group_id, f"{c['host']}:{c['port']}  ({c['id']})", g.assignor or None,
+            print_rows(STATE_HEADERS, [[g.group_id, f"{c['host']}:{c['port']}  ({c['id']})", g.assignor or None,
                                     g.state, len(g.members)]], out)
         else:
             rows = [[g.group_id, r["topic"], r["partition"], r["currentOffset"], r["logEndOffset"], r["lag"],
                      r["memberId"], r["host"], r["clientId"]] for r in _offset_rows(client, g)]
-            _table(OFFSET_HEADERS, rows, out)
+            print_rows(OFFSET_HEADERS, rows, out)
     return 1 if missing else 0
 
 
@@ -352,18 +354,26 @@ def _delete(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
         groups_names=tuple(GroupId(g) for g in group_ids)))
     results = [(r.group_id, None if r.error_code == ErrorCode.none else error_name(r.error_code))
                for r in response.results]
+    return print_deletions(results, "consumer", f"{PROG}: Deletion of some consumer groups failed:",
+                           as_json=args.as_json, out=out)
+
+
+def print_deletions(results: Sequence[tuple[str, str | None]], kind: str, failed_heading: str, *, as_json: bool,
+                    out: TextIO) -> int:
+    """Report DeleteGroups' (group, error or None) results as Kafka's tools do (`kind`: "consumer", "share";
+    `failed_heading` opens the errors, on stderr); the exit status: 1 if any failed."""
     failed = [(g, e) for g, e in results if e]
     deleted = ", ".join(f"'{g}'" for g, e in results if not e)
-    if args.as_json:
-        _dump({"results": [{"groupId": g, "error": e} for g, e in results]}, out)
+    if as_json:
+        print_json({"results": [{"groupId": g, "error": e} for g, e in results]}, out)
     elif not failed:
-        print(f"Deletion of requested consumer groups ({deleted}) was successful.", file=out)
+        print(f"Deletion of requested {kind} groups ({deleted}) was successful.", file=out)
     else:
-        print(f"{PROG}: Deletion of some consumer groups failed:", file=sys.stderr)
+        print(failed_heading, file=sys.stderr)
         for g, e in failed:
             print(f"* Group '{g}' could not be deleted due to: {e}", file=sys.stderr)
         if deleted:
-            print(f"These consumer groups were deleted successfully: {deleted}", file=out)
+            print(f"These {kind} groups were deleted successfully: {deleted}", file=out)
     return 1 if failed else 0
 
 
@@ -406,7 +416,7 @@ def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) 
     failed = any(code != ErrorCode.none for _, code in rows)
     top = None if error == ErrorCode.none else error_name(error)
     if args.as_json:
-        _dump({"groupId": group_id, "error": top,
+        print_json({"groupId": group_id, "error": top,
                "partitions": [{"topic": t, "partition": p, "error": None if c == ErrorCode.none else error_name(c)}
                               for (t, p), c in rows]}, out)
     else:
@@ -416,7 +426,7 @@ def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) 
             print(f"{PROG}: Some offsets of group '{group_id}' were not deleted (see the table).", file=sys.stderr)
         else:
             print(f"Request succeeded for deleting offsets from group {group_id}.", file=out)
-        _table(DELETE_OFFSETS_HEADERS, [[t, p, "Successful" if c == ErrorCode.none else f"Error: {error_name(c)}"]
+        print_rows(DELETE_OFFSETS_HEADERS, [[t, p, "Successful" if c == ErrorCode.none else f"Error: {error_name(c)}"]
                                         for (t, p), c in rows], out)
     return 1 if failed else 0
 

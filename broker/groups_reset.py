@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TextIO
 
-from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -39,16 +38,15 @@ from kio.schema.offset_commit.v8.request import (
 from kio.schema.types import GroupId, TopicName
 from kio.static.primitive import i32, i64
 
-from logstore.broker.admin_client import AdminClient, error_name
+from logstore.broker.admin_client import AdminClient
 from logstore.broker.admin_queries import (
     EARLIEST,
     LATEST,
     TopicPartition,
     check,
     committed_offsets,
-    list_offsets,
-    parse_partitions,
-    topic_partitions,
+    named_partitions,
+    offsets_at,
 )
 from logstore.broker.transactions_cli import BrokerError, UsageError, print_table
 
@@ -128,59 +126,36 @@ def _clamp(tp: TopicPartition, offset: int, earliest: int, latest: int) -> int:
     return offset
 
 
-def _offsets_of(client: AdminClient, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-    found = list_offsets(client, partitions, timestamp)
-    offsets: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        value = found.get(tp, ErrorCode.unknown_topic_or_partition)
-        if isinstance(value, ErrorCode):
-            raise BrokerError(f"Failed to list the offsets of {tp[0]}-{tp[1]}: {error_name(value)}")
-        offsets[tp] = value
-    return offsets
-
-
 def _partitions(client: AdminClient, group_id: str, args: argparse.Namespace) -> list[TopicPartition]:
     """--all-topics: the partitions the group has offsets for; else those --topic names, all of which must exist."""
     if args.all_topics:
         return sorted(committed_offsets(client, group_id))
-    parsed = [parse_partitions(spec) for spec in args.topics]
-    counts = topic_partitions(client, {topic for topic, _ in parsed})
-    partitions: set[TopicPartition] = set()
-    for topic, asked in parsed:
-        count = counts.get(topic, ErrorCode.unknown_topic_or_partition)
-        if isinstance(count, ErrorCode):
-            raise BrokerError(f"Failed to describe topic {topic}: {error_name(count)}")
-        beyond = [p for p in asked or () if p >= count]
-        if beyond:
-            raise BrokerError(f"Failed to describe partitions {', '.join(f'{topic}-{p}' for p in beyond)}: "
-                              f"{error_name(ErrorCode.unknown_topic_or_partition)}")
-        partitions |= {(topic, p) for p in (range(count) if asked is None else asked)}
-    return sorted(partitions)
+    return named_partitions(client, args.topics)
 
 
 def _by_time(client: AdminClient, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
     """Kafka's getLogTimestampOffsets: the first offset at or after `timestamp`, else the log end offset."""
-    found = _offsets_of(client, partitions, timestamp)
+    found = offsets_at(client, partitions, timestamp)
     empty = [tp for tp, offset in found.items() if offset < 0]
     for topic, p in empty:
         print(f"{PROG}: Warn: Partition {p} from topic {topic} is empty. Falling back to latest known offset.",
               file=sys.stderr)
-    return {**found, **_offsets_of(client, empty, LATEST)}
+    return {**found, **offsets_at(client, empty, LATEST)}
 
 
 def _new_offsets(client: AdminClient, group_id: str, target: str, args: argparse.Namespace,
                  partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
     if target == "to_earliest":
-        return _offsets_of(client, partitions, EARLIEST)
+        return offsets_at(client, partitions, EARLIEST)
     if target == "to_latest":
-        return _offsets_of(client, partitions, LATEST)
+        return offsets_at(client, partitions, LATEST)
     if target == "to_datetime":
         return _by_time(client, partitions, parse_datetime(args.to_datetime))
     if target == "by_duration":
         return _by_time(client, partitions, int(time.time() * 1000) - parse_duration(args.by_duration))
     if target == "to_current":
         committed = committed_offsets(client, group_id)
-        ends = _offsets_of(client, [tp for tp in partitions if tp not in committed], LATEST)
+        ends = offsets_at(client, [tp for tp in partitions if tp not in committed], LATEST)
         return {tp: committed[tp][0] if tp in committed else ends[tp] for tp in partitions}
     if target == "shift_by":
         committed = committed_offsets(client, group_id)
@@ -191,7 +166,7 @@ def _new_offsets(client: AdminClient, group_id: str, target: str, args: argparse
         asked = {tp: committed[tp][0] + args.shift_by for tp in partitions}
     else:
         asked = dict.fromkeys(partitions, args.to_offset)
-    earliest, latest = _offsets_of(client, partitions, EARLIEST), _offsets_of(client, partitions, LATEST)
+    earliest, latest = offsets_at(client, partitions, EARLIEST), offsets_at(client, partitions, LATEST)
     return {tp: _clamp(tp, offset, earliest[tp], latest[tp]) for tp, offset in asked.items()}
 
 

@@ -47,7 +47,6 @@ a group does not exist or is not empty; 2 bad arguments, or no broker at
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -80,13 +79,15 @@ from logstore.broker.admin_queries import (
     EARLIEST,
     LATEST,
     TopicPartition,
-    list_offsets,
+    check,
+    named_partitions,
+    offsets_at,
     parse_partitions,
-    topic_partitions,
 )
+from logstore.broker.groups_cli import print_deletions, print_json, print_rows
 from logstore.broker.groups_reset import parse_datetime
 from logstore.broker.share_groups_args import check_arguments
-from logstore.broker.transactions_cli import BrokerError, print_table, run_command
+from logstore.broker.transactions_cli import run_command
 
 if TYPE_CHECKING:
     from kio.schema.alter_share_group_offsets.v0.response import AlterShareGroupOffsetsResponse
@@ -102,24 +103,9 @@ __all__ = ["run"]
 PROG = "logstore share-groups"
 SHARE = "share"
 GROUP_KEY = i8(0)
-MISSING = "-"
 STATE_LIST_HEADERS = ["GROUP", "STATE"]
 RESET_HEADERS = ["GROUP", "TOPIC", "PARTITION", "NEW-OFFSET"]
 DELETE_OFFSETS_HEADERS = ["TOPIC", "STATUS"]
-
-
-def _table(headers: list[str], rows: Sequence[Sequence[object]], out: TextIO) -> None:
-    print_table(headers, [[MISSING if v is None else str(v) for v in row] for row in rows], out)
-
-
-def _check(code: int, what: str) -> None:
-    if code != ErrorCode.none:
-        raise BrokerError(f"{what}: {error_name(code)}")
-
-
-def _dump(document: object, out: TextIO) -> None:
-    json.dump(document, out)
-    print(file=out)
 
 
 # -- what the broker is asked ---------------------------------------------------------------------------------
@@ -129,7 +115,7 @@ def _listed(client: AdminClient, states: Sequence[str] = ()) -> list[tuple[str, 
     """Every share group (in `states`, if given): (group id, state), sorted."""
     response: ListGroupsResponse = client.request(ListGroupsRequest(states_filter=tuple(states),
                                                                     types_filter=(SHARE,)))
-    _check(response.error_code, "Failed to list share groups")
+    check(response.error_code, "Failed to list share groups")
     return sorted((g.group_id, g.group_state) for g in response.groups)
 
 
@@ -156,10 +142,10 @@ def _offsets(client: AdminClient, group_id: str) -> list[OffsetRow]:
         DescribeShareGroupOffsetsRequestGroup(group_id=GroupId(group_id), topics=None),)))
     rows: list[OffsetRow] = []
     for group in response.groups:
-        _check(group.error_code, f"Failed to describe the offsets of share group '{group_id}'")
+        check(group.error_code, f"Failed to describe the offsets of share group '{group_id}'")
         for t in group.topics:
             for p in t.partitions:
-                _check(p.error_code, f"Failed to describe the offset of share group '{group_id}' for "
+                check(p.error_code, f"Failed to describe the offset of share group '{group_id}' for "
                                      f"{t.topic_name}-{p.partition_index}")
                 known = p.start_offset >= 0
                 rows.append(OffsetRow(t.topic_name, p.partition_index, p.leader_epoch if known else None,
@@ -170,7 +156,7 @@ def _offsets(client: AdminClient, group_id: str) -> list[OffsetRow]:
 def _coordinator(client: AdminClient, group_id: str) -> str:
     """Kafka's `host:port  (id)` of the group's coordinator."""
     response: FindCoordinatorResponse = client.request(FindCoordinatorRequest(key=group_id, key_type=GROUP_KEY))
-    _check(response.error_code, f"Failed to find the coordinator of share group '{group_id}'")
+    check(response.error_code, f"Failed to find the coordinator of share group '{group_id}'")
     return f"{response.host}:{response.port}  ({response.node_id})"
 
 
@@ -192,12 +178,12 @@ def _assignment_text(assignment: list[TopicPartition]) -> str | None:
 def _list(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
     groups = _listed(client, args.states or ())
     if args.as_json:
-        _dump({"groups": [{"groupId": g, "state": s} for g, s in groups]}, out)
+        print_json({"groups": [{"groupId": g, "state": s} for g, s in groups]}, out)
     elif args.list_state is None:
         for group_id, _ in groups:
             print(group_id, file=out)
     else:
-        _table(STATE_LIST_HEADERS, groups, out)
+        print_rows(STATE_LIST_HEADERS, groups, out)
     return 0
 
 
@@ -213,10 +199,10 @@ def _describe(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int
     missing = [g for g in found if g.error_code == ErrorCode.group_id_not_found]
     for g in found:
         if g.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
-            _check(g.error_code, f"Failed to describe share group '{g.group_id}'")
+            check(g.error_code, f"Failed to describe share group '{g.group_id}'")
     present = [g for g in found if g.error_code == ErrorCode.none]
     if args.as_json:
-        _dump({"groups": [_describe_document(client, g) for g in present]}, out)
+        print_json({"groups": [_describe_document(client, g) for g in present]}, out)
     else:
         printed = False
         for g in present:
@@ -241,15 +227,15 @@ def _print_group(client: AdminClient, g: DescribedGroup, args: argparse.Namespac
             assignment = _assignment(m)
             rows.append([g.group_id, m.member_id, m.client_host, m.client_id, len(assignment),
                          *([m.member_epoch] if verbose else []), _assignment_text(assignment)])
-        _table(headers, rows, out)
+        print_rows(headers, rows, out)
     elif args.view == "state":
         epochs = [g.group_epoch, g.assignment_epoch] if verbose else []
-        _table(["GROUP", "COORDINATOR (ID)", "STATE", *(["GROUP-EPOCH", "ASSIGNMENT-EPOCH"] if verbose else []),
+        print_rows(["GROUP", "COORDINATOR (ID)", "STATE", *(["GROUP-EPOCH", "ASSIGNMENT-EPOCH"] if verbose else []),
                 "#MEMBERS"], [[g.group_id, _coordinator(client, g.group_id), g.group_state, *epochs,
                                len(g.members)]], out)
     else:
         headers = ["GROUP", "TOPIC", "PARTITION", *(["LEADER-EPOCH"] if verbose else []), "START-OFFSET", "LAG"]
-        _table(headers, [[g.group_id, r.topic, r.partition, *([r.leader_epoch] if verbose else []), r.start_offset,
+        print_rows(headers, [[g.group_id, r.topic, r.partition, *([r.leader_epoch] if verbose else []), r.start_offset,
                           r.lag] for r in _offsets(client, g.group_id)], out)
 
 
@@ -280,20 +266,8 @@ def _delete(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
             groups_names=tuple(GroupId(g) for g in asked)))
         results.update({r.group_id: None if r.error_code == ErrorCode.none else error_name(r.error_code)
                         for r in response.results})
-    ordered = [(g, results.get(g)) for g in group_ids]
-    failed = [(g, e) for g, e in ordered if e]
-    deleted = ", ".join(f"'{g}'" for g, e in ordered if not e)
-    if args.as_json:
-        _dump({"results": [{"groupId": g, "error": e} for g, e in ordered]}, out)
-    elif not failed:
-        print(f"Deletion of requested share groups ({deleted}) was successful.", file=out)
-    else:
-        print(f"{PROG}: Error: Deletion of some share groups failed:", file=sys.stderr)
-        for g, e in failed:
-            print(f"* Group '{g}' could not be deleted due to: {e}", file=sys.stderr)
-        if deleted:
-            print(f"These share groups were deleted successfully: {deleted}", file=out)
-    return 1 if failed else 0
+    return print_deletions([(g, results.get(g)) for g in group_ids], SHARE,
+                           f"{PROG}: Error: Deletion of some share groups failed:", as_json=args.as_json, out=out)
 
 
 def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -306,57 +280,35 @@ def _delete_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) 
     results = sorted((t.topic_name, None if t.error_code == ErrorCode.none else error_name(t.error_code),
                       t.error_message) for t in response.responses)
     if args.as_json:
-        _dump({"groupId": group_id, "error": top, "topics": [{"topic": t, "error": e} for t, e, _ in results]}, out)
+        print_json({"groupId": group_id, "error": top,
+                    "topics": [{"topic": t, "error": e} for t, e, _ in results]}, out)
     else:
         if top:
             print(f"{PROG}: Error: {response.error_message or top} ({top})", file=sys.stderr)
-        _table(DELETE_OFFSETS_HEADERS, [[t, "Successful" if e is None else f"Error: {m or e} ({e})"]
+        print_rows(DELETE_OFFSETS_HEADERS, [[t, "Successful" if e is None else f"Error: {m or e} ({e})"]
                                         for t, e, m in results], out)
     return 1 if top or any(e for _, e, _ in results) else 0
-
-
-def _offsets_at(client: AdminClient, partitions: list[TopicPartition], timestamp: int) -> dict[TopicPartition, int]:
-    found = list_offsets(client, partitions, timestamp)
-    offsets: dict[TopicPartition, int] = {}
-    for tp in partitions:
-        value = found.get(tp, ErrorCode.unknown_topic_or_partition)
-        if isinstance(value, ErrorCode):
-            raise BrokerError(f"Failed to list the offsets of {tp[0]}-{tp[1]}: {error_name(value)}")
-        offsets[tp] = value
-    return offsets
 
 
 def _reset_partitions(client: AdminClient, group_id: str, args: argparse.Namespace) -> list[TopicPartition]:
     """--all-topics: the partitions the group has share state for; else those --topic names, which must exist."""
     if args.all_topics:
         return [(r.topic, r.partition) for r in _offsets(client, group_id)]
-    parsed = [parse_partitions(spec) for spec in args.topics]
-    counts = topic_partitions(client, {topic for topic, _ in parsed})
-    partitions: set[TopicPartition] = set()
-    for topic, asked in parsed:
-        count = counts.get(topic, ErrorCode.unknown_topic_or_partition)
-        if isinstance(count, ErrorCode):
-            raise BrokerError(f"Failed to describe topic {topic}: {error_name(count)}")
-        beyond = [p for p in asked or () if p >= count]
-        if beyond:
-            raise BrokerError(f"Failed to describe partitions {', '.join(f'{topic}-{p}' for p in beyond)}: "
-                              f"{error_name(ErrorCode.unknown_topic_or_partition)}")
-        partitions |= {(topic, p) for p in (range(count) if asked is None else asked)}
-    return sorted(partitions)
+    return named_partitions(client, args.topics)
 
 
 def _new_offsets(client: AdminClient, args: argparse.Namespace, partitions: list[TopicPartition]
                  ) -> dict[TopicPartition, int]:
     if args.target == "to_earliest":
-        return _offsets_at(client, partitions, EARLIEST)
-    latest = _offsets_at(client, partitions, LATEST)
+        return offsets_at(client, partitions, EARLIEST)
+    latest = offsets_at(client, partitions, LATEST)
     if args.target == "to_latest":
         return latest
     if args.target == "to_datetime":
-        found = _offsets_at(client, partitions, parse_datetime(args.to_datetime))
+        found = offsets_at(client, partitions, parse_datetime(args.to_datetime))
         # No record that late: the log end, as Kafka's getLogTimestampOffsets falls back.
         return {tp: offset if offset >= 0 else latest[tp] for tp, offset in found.items()}
-    earliest = _offsets_at(client, partitions, EARLIEST)
+    earliest = offsets_at(client, partitions, EARLIEST)
     return {tp: min(max(args.to_offset, earliest[tp]), latest[tp]) for tp in partitions}
 
 
@@ -364,7 +316,7 @@ def _reset_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -
     (group_id,) = args.group_ids
     (described,) = _described(client, [group_id])
     if described.error_code not in (ErrorCode.none, ErrorCode.group_id_not_found):
-        _check(described.error_code, f"Failed to describe share group '{group_id}'")
+        check(described.error_code, f"Failed to describe share group '{group_id}'")
     if described.error_code == ErrorCode.none and described.members:
         print(f"{PROG}: Error: Share group '{group_id}' is not empty.", file=sys.stderr)
         return 1
@@ -379,16 +331,16 @@ def _reset_offsets(client: AdminClient, args: argparse.Namespace, out: TextIO) -
             group_id=GroupId(group_id), topics=tuple(
                 AlterShareGroupOffsetsRequestTopic(topic_name=TopicName(t), partitions=tuple(ps))
                 for t, ps in by_topic.items())))
-        _check(response.error_code, f"Failed to reset the offsets of share group '{group_id}'")
+        check(response.error_code, f"Failed to reset the offsets of share group '{group_id}'")
         for t in response.responses:
             for answered in t.partitions:
-                _check(answered.error_code, f"Failed to reset the offset of share group '{group_id}' for "
+                check(answered.error_code, f"Failed to reset the offset of share group '{group_id}' for "
                                             f"{t.topic_name}-{answered.partition_index}")
     if args.as_json:
-        _dump({"groupId": group_id, "executed": bool(args.execute and new),
+        print_json({"groupId": group_id, "executed": bool(args.execute and new),
                "offsets": [{"topic": t, "partition": p, "newOffset": o} for (t, p), o in sorted(new.items())]}, out)
     else:
-        _table(RESET_HEADERS, [[group_id, t, p, o] for (t, p), o in sorted(new.items())], out)
+        print_rows(RESET_HEADERS, [[group_id, t, p, o] for (t, p), o in sorted(new.items())], out)
     return 0
 
 

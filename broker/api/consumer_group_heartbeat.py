@@ -22,16 +22,12 @@ may be empty on a join, and the coordinator makes one.
 """
 from __future__ import annotations
 
-import uuid
-from datetime import timedelta
 from functools import partial
 
-from kio.static.primitive import i32Timedelta
-
-from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api
 from logstore.broker.api.group_calls import millis
-from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate, denied
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.api.kit import coordinate
+from logstore.broker.api.member_groups import heartbeat_answer, heartbeat_failed, heartbeat_refusal
 
 KEY = 68
 CLIENT_MEMBER_ID = 1
@@ -41,16 +37,11 @@ CLIENT_MEMBER_ID = 1
 async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Run the heartbeat through the group coordinator."""
     version = request.version
-    response = response_type(KEY, version)
     owned = None if body.topic_partitions is None else [
         (t.topic_id.bytes if t.topic_id is not None else bytes(16), tuple(t.partitions)) for t in body.topic_partitions]
-    names = body.subscribed_topic_names or ()
-    refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
-    if not refused and len(authorized(request, AclOperation.DESCRIBE, ResourceType.TOPIC, names)) < len(set(names)):
-        refused = ErrorCode.topic_authorization_failed
+    refused = heartbeat_refusal(request, body)
     if refused:
-        return build(response, throttle_time=ZERO_MS, error_code=refused, error_message=None, member_id=None,
-                     member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
+        return heartbeat_failed(KEY, version, refused)
     outcome = await coordinate(request, partial(
         request.broker.groups.consumer_group_heartbeat, body.group_id, body.member_id, body.member_epoch,
         instance_id=body.instance_id, rack_id=body.rack_id,
@@ -58,17 +49,4 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
         subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
         server_assignor=body.server_assignor, owned=owned, client_id=request.client_id or "",
         client_host=request.client_host, member_id_required=version >= CLIENT_MEMBER_ID))
-    if not outcome.ok:
-        return build(response, throttle_time=ZERO_MS, error_code=outcome.error, error_message=outcome.message,
-                     member_id=None, member_epoch=-1, heartbeat_interval=ZERO_MS, assignment=None)
-    result = outcome.result
-    assignment = None
-    if result.assignment is not None:
-        partitions_cls = response_type(KEY, version, "TopicPartitions")
-        assignment = build(response_type(KEY, version, "Assignment"), topic_partitions=tuple(
-            build(partitions_cls, topic_id=uuid.UUID(bytes=topic_id), partitions=partitions)
-            for topic_id, partitions in result.assignment))
-    return build(response, throttle_time=ZERO_MS, error_code=ErrorCode.none, error_message=None,
-                 member_id=result.member_id, member_epoch=result.member_epoch,
-                 heartbeat_interval=i32Timedelta.parse(timedelta(milliseconds=result.heartbeat_interval_ms)),
-                 assignment=assignment)
+    return heartbeat_answer(KEY, version, outcome)

@@ -33,120 +33,53 @@ them, in log order, back into groups.
 """
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from logstore.broker.coordinator.consumer_group import ClassicMetadata, ConsumerGroup, ConsumerMember, MemberState
+from logstore.broker.coordinator.record_family import (
+    VALUE_VERSION,
+    GroupKey,
+    RecordFamily,
+    Records,
+    TopicIds,
+    TopicNames,
+    TopicPartition,
+    epoch_value,
+    put_partitions,
+    put_uuid,
+    read_epoch,
+    read_partitions,
+    read_uuid,
+    value_reader,
+    value_writer,
+)
 from logstore.broker.coordinator.records import Reader, Writer
-from logstore.errors import CorruptRecordError
 
 GROUP_EPOCH, PARTITION_METADATA, MEMBER_METADATA, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT = range(3, 9)
-VALUE_VERSION = 0
 CLASSIC_MEMBER_TAG = 0   # ConsumerGroupMemberMetadataValue's tagged ClassicMemberMetadata
 _STATE_BYTES = {MemberState.STABLE: 0, MemberState.UNREVOKED_PARTITIONS: 1, MemberState.UNRELEASED_PARTITIONS: 2}
 _STATES = {v: k for k, v in _STATE_BYTES.items()}
+FAMILY = RecordFamily(GROUP_EPOCH, CURRENT_ASSIGNMENT, MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT, TARGET_EPOCH)
 
-TopicPartition = tuple[str, int]
-TopicIds = Callable[[str], bytes | None]   # topic name -> its 16-byte id (None: the topic is gone)
-TopicNames = Callable[[bytes], str | None]  # id -> name
-
-
-@dataclass(frozen=True)
-class ConsumerKey:
-    """The key of a consumer-group record: its type, group and (for member records) member."""
-
-    record_type: int
-    group: str
-    member: str | None = None
-
-    @property
-    def member_id(self) -> str:
-        """The member of a member record (types 5, 7 and 8, whose keys `decode_key` always gives one)."""
-        if self.member is None:
-            raise ValueError(f"a record of type {self.record_type} for group {self.group!r} names no member")
-        return self.member
-
-
-def encode_key(key: ConsumerKey) -> bytes:
-    """The key bytes (its version is the record type)."""
-    w = Writer().int(2, key.record_type).string(False, key.group)
-    if key.record_type in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT):
-        w.string(False, key.member)
-    return w.getvalue()
-
-
-def decode_key(data: bytes) -> ConsumerKey | None:
-    """A consumer-group key, or None for another record type."""
-    reader = Reader(data, "__consumer_offsets key")
-    record_type = reader.int(2)
-    if not GROUP_EPOCH <= record_type <= CURRENT_ASSIGNMENT:
-        return None
-    group = reader.string(False)
-    member = reader.string(False) if record_type in (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT) else None
-    reader.end()
-    return ConsumerKey(record_type, group, member)
+ConsumerKey = GroupKey
+encode_key = FAMILY.encode_key
+decode_key = FAMILY.decode_key
+__all__ = ["VALUE_VERSION", "ConsumerGroupLoader", "ConsumerKey", "decode_key", "encode_key", "records_between"]
 
 
 # -- values ------------------------------------------------------------------------------------------
 
-_UUID = struct.Struct(">qq")
-
-
-def _put_uuid(w: Writer, topic_id: bytes) -> Writer:
-    high, low = _UUID.unpack(topic_id)
-    return w.int(8, high).int(8, low)
-
-
-def _uuid(reader: Reader) -> bytes:
-    return _UUID.pack(reader.int(8), reader.int(8))
-
-def _value() -> Writer:
-    return Writer().int(2, VALUE_VERSION)
-
-
-def _partitions(w: Writer, partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> None:
-    by_id: dict[bytes, list[int]] = {}
-    for topic, p in sorted(partitions):
-        topic_id = topic_ids(topic)
-        if topic_id is not None:
-            by_id.setdefault(topic_id, []).append(p)
-    w.array_header(True, len(by_id))
-    for topic_id, ps in by_id.items():
-        _put_uuid(w, topic_id).array_header(True, len(ps))
-        for p in ps:
-            w.int(4, p)
-        w.tagged_fields()
-
-
-def _read_partitions(reader: Reader, topic_names: TopicNames) -> frozenset[TopicPartition]:
-    def entry() -> tuple[bytes, list[int]]:
-        topic_id = _uuid(reader)
-        ps = reader.array(True, lambda: reader.int(4))
-        reader.tagged_fields()
-        return topic_id, ps
-    found: set[tuple[str, int]] = set()
-    for topic_id, ps in reader.array(True, entry):
-        name = topic_names(topic_id)
-        if name is not None:   # a topic deleted since: its partitions are gone
-            found.update((name, p) for p in ps)
-    return frozenset(found)
-
-
-def _epoch_value(epoch: int) -> bytes:
-    return _value().int(4, epoch).tagged_fields().getvalue()
-
-
 def _partition_metadata_value(counts: Mapping[str, int], topic_ids: TopicIds) -> bytes:
     rows = [(topic_id, t, n) for t, n in sorted(counts.items()) if (topic_id := topic_ids(t)) is not None]
-    w = _value().array_header(True, len(rows))
+    w = value_writer().array_header(True, len(rows))
     for topic_id, name, n in rows:
-        _put_uuid(w, topic_id).string(True, name).int(4, n).array_header(True, 0).tagged_fields()
+        put_uuid(w, topic_id).string(True, name).int(4, n).array_header(True, 0).tagged_fields()
     return w.tagged_fields().getvalue()
 
 
 def _member_value(m: ConsumerMember) -> bytes:
-    w = _value().string(True, m.instance_id).string(True, m.rack_id).string(True, m.client_id)
+    w = value_writer().string(True, m.instance_id).string(True, m.rack_id).string(True, m.client_id)
     w.string(True, m.client_host).array_header(True, len(m.subscribed_topics))
     for topic in sorted(m.subscribed_topics):
         w.string(True, topic)
@@ -182,31 +115,17 @@ def _read_classic(data: bytes, what: str) -> ClassicMetadata:
     return ClassicMetadata(session_timeout_ms, protocols)
 
 
-def _target_value(partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> bytes:
-    w = _value()
-    _partitions(w, partitions, topic_ids)
-    return w.tagged_fields().getvalue()
-
-
 def _assignment_value(m: ConsumerMember, topic_ids: TopicIds) -> bytes:
-    w = _value().int(4, m.member_epoch).int(4, m.previous_member_epoch).int(1, _STATE_BYTES[m.state])
-    _partitions(w, m.assigned, topic_ids)
-    _partitions(w, m.pending_revocation, topic_ids)
+    w = value_writer().int(4, m.member_epoch).int(4, m.previous_member_epoch).int(1, _STATE_BYTES[m.state])
+    put_partitions(w, m.assigned, topic_ids)
+    put_partitions(w, m.pending_revocation, topic_ids)
     return w.tagged_fields().getvalue()
-
-
-def _reader(data: bytes, what: str) -> Reader:
-    reader = Reader(data, what)
-    version = reader.int(2)
-    if version != VALUE_VERSION:
-        raise CorruptRecordError(f"{what} version {version} is not 0")
-    return reader
 
 
 # -- what a change writes ------------------------------------------------------------------------------
 
 def records_between(before: ConsumerGroup | None, after: ConsumerGroup | None,
-                    topic_ids: TopicIds) -> list[tuple[bytes, bytes | None]]:
+                    topic_ids: TopicIds) -> Records:
     """The (key, value) records that turn `before` into `after` (None: no group), in Kafka's order:
     members' metadata, subscription metadata, group epoch, target assignment, current assignments."""
     either = after or before
@@ -214,44 +133,27 @@ def records_between(before: ConsumerGroup | None, after: ConsumerGroup | None,
         raise ValueError("records_between needs a group before or after the change")
     group_id = either.group_id
     old = before or ConsumerGroup(group_id, group_epoch=-1, assignment_epoch=-1)
-    records: list[tuple[bytes, bytes | None]] = []
-
-    def put(record_type: int, value: bytes | None, member: str | None = None) -> None:
-        records.append((encode_key(ConsumerKey(record_type, group_id, member)), value))
-
+    out = FAMILY.writer(group_id)
+    put = out.put
     if after is None:
-        # Tombstones, as Kafka's ConsumerGroup.createGroupTombstoneRecords orders them.
-        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
-            for member_id in old.members:
-                put(record_type, None, member_id)
+        out.group_tombstones(old.members)
         put(TARGET_EPOCH, None)
         put(PARTITION_METADATA, None)
         put(GROUP_EPOCH, None)
-        return records
-    for member_id in old.members.keys() - after.members.keys():
-        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
-            put(record_type, None, member_id)
-    for member_id, m in after.members.items():
-        was = old.members.get(member_id)
-        if was is None or was.metadata_key() != m.metadata_key():
-            put(MEMBER_METADATA, _member_value(m), member_id)
+        return out.records
+    out.member_tombstones(old.members.keys() - after.members.keys())
+    out.member_metadata(old, after, _member_value)
     if after.subscribed_counts != old.subscribed_counts:
         put(PARTITION_METADATA, _partition_metadata_value(after.subscribed_counts, topic_ids))
     if after.group_epoch != old.group_epoch:
-        put(GROUP_EPOCH, _epoch_value(after.group_epoch))
-    for member_id, partitions in after.target.items():
-        if old.target.get(member_id) != partitions or member_id not in old.members:
-            put(TARGET_MEMBER, _target_value(partitions, topic_ids), member_id)
+        put(GROUP_EPOCH, epoch_value(after.group_epoch))
+    out.targets(old, after, topic_ids)
     for member_id in old.target.keys() - after.target.keys():
         if member_id in after.members:
             put(TARGET_MEMBER, None, member_id)
-    if after.assignment_epoch != old.assignment_epoch:
-        put(TARGET_EPOCH, _epoch_value(after.assignment_epoch))
-    for member_id, m in after.members.items():
-        was = old.members.get(member_id)
-        if was is None or was.assignment_key() != m.assignment_key():
-            put(CURRENT_ASSIGNMENT, _assignment_value(m, topic_ids), member_id)
-    return records
+    out.target_epoch(old, after)
+    out.assignments(old, after, lambda m: _assignment_value(m, topic_ids))
+    return out.records
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -277,14 +179,13 @@ class ConsumerGroupLoader:
         what = f"consumer group {key.group!r} record type {key.record_type}"
         g = self._groups.setdefault(key.group, _Loading())
         t = key.record_type
+        if FAMILY.replay_target(g, key, value, what, self._names):
+            return
         if t == GROUP_EPOCH:
             if value is None:
                 self._groups.pop(key.group, None)
             else:
-                reader = _reader(value, what)
-                g.epoch = reader.int(4)
-                reader.tagged_fields()
-                reader.end()
+                g.epoch = read_epoch(value, what)
         elif t == PARTITION_METADATA:
             g.counts = {} if value is None else self._counts(value, what)
         elif t == MEMBER_METADATA:
@@ -292,26 +193,12 @@ class ConsumerGroupLoader:
                 g.members.pop(key.member_id, None)
             else:
                 self._member(g, key.member_id, value, what)
-        elif t == TARGET_EPOCH:
-            if value is not None:
-                reader = _reader(value, what)
-                g.assignment_epoch = reader.int(4)
-                reader.tagged_fields()
-                reader.end()
-        elif t == TARGET_MEMBER:
-            if value is None:
-                g.target.pop(key.member_id, None)
-            else:
-                reader = _reader(value, what)
-                g.target[key.member_id] = _read_partitions(reader, self._names)
-                reader.tagged_fields()
-                reader.end()
         elif t == CURRENT_ASSIGNMENT and value is not None:
             member = g.members.get(key.member_id)
-            reader = _reader(value, what)
+            reader = value_reader(value, what)
             epoch, previous, state = reader.int(4), reader.int(4), reader.int(1)
-            assigned = _read_partitions(reader, self._names)
-            pending = _read_partitions(reader, self._names)
+            assigned = read_partitions(reader, self._names)
+            pending = read_partitions(reader, self._names)
             reader.tagged_fields()
             reader.end()
             if member is not None:
@@ -320,10 +207,10 @@ class ConsumerGroupLoader:
                 member.assigned, member.pending_revocation = assigned, pending
 
     def _counts(self, value: bytes, what: str) -> dict[str, int]:
-        reader = _reader(value, what)
+        reader = value_reader(value, what)
 
         def topic() -> tuple[str, int]:
-            _uuid(reader)
+            read_uuid(reader)
             name = reader.string(True)
             n = reader.int(4)
 
@@ -340,7 +227,7 @@ class ConsumerGroupLoader:
         return counts
 
     def _member(self, g: _Loading, member_id: str, value: bytes, what: str) -> None:
-        reader = _reader(value, what)
+        reader = value_reader(value, what)
         instance_id = reader.string(True, nullable=True)
         rack_id = reader.string(True, nullable=True)
         client_id = reader.string(True)

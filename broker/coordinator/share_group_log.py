@@ -29,113 +29,44 @@ in log order, back into groups (members' sessions start when loading ends).
 """
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from logstore.broker.coordinator.records import Reader, Writer
+from logstore.broker.coordinator.record_family import (
+    GroupKey,
+    RecordFamily,
+    Records,
+    TopicIds,
+    TopicNames,
+    TopicPartition,
+    by_topic,
+    put_partitions,
+    put_uuid,
+    read_partitions,
+    read_uuid,
+    target_value,
+    value_reader,
+    value_writer,
+)
 from logstore.broker.coordinator.share_group import ShareGroup, ShareMember
-from logstore.errors import CorruptRecordError
 
 (LEGACY_PARTITION_METADATA, MEMBER_METADATA, GROUP_EPOCH, TARGET_EPOCH, TARGET_MEMBER, CURRENT_ASSIGNMENT,
  STATE_PARTITION_METADATA) = range(9, 16)
-VALUE_VERSION = 0
-_MEMBER_RECORDS = (MEMBER_METADATA, TARGET_MEMBER, CURRENT_ASSIGNMENT)
 STABLE_STATE = 0
+FAMILY = RecordFamily(LEGACY_PARTITION_METADATA, STATE_PARTITION_METADATA, MEMBER_METADATA, TARGET_MEMBER,
+                      CURRENT_ASSIGNMENT, TARGET_EPOCH)
 
-TopicPartition = tuple[str, int]
-TopicIds = Callable[[str], bytes | None]   # topic name -> its 16-byte id (None: the topic is gone)
-TopicNames = Callable[[bytes], str | None]  # id -> name
-
-
-@dataclass(frozen=True)
-class ShareKey:
-    """The key of a share-group record: its type, group and (for member records) member."""
-
-    record_type: int
-    group: str
-    member: str | None = None
-
-    @property
-    def member_id(self) -> str:
-        """The member of a member record (types 10, 13 and 14, whose keys `decode_key` always gives one)."""
-        if self.member is None:
-            raise ValueError(f"a record of type {self.record_type} for group {self.group!r} names no member")
-        return self.member
-
-
-def encode_key(key: ShareKey) -> bytes:
-    """The key bytes (its version is the record type)."""
-    w = Writer().int(2, key.record_type).string(False, key.group)
-    if key.record_type in _MEMBER_RECORDS:
-        w.string(False, key.member)
-    return w.getvalue()
-
-
-def decode_key(data: bytes) -> ShareKey | None:
-    """A share-group key, or None for another record type."""
-    reader = Reader(data, "__consumer_offsets key")
-    record_type = reader.int(2)
-    if not LEGACY_PARTITION_METADATA <= record_type <= STATE_PARTITION_METADATA:
-        return None
-    group = reader.string(False)
-    member = reader.string(False) if record_type in _MEMBER_RECORDS else None
-    reader.end()
-    return ShareKey(record_type, group, member)
+ShareKey = GroupKey
+encode_key = FAMILY.encode_key
+decode_key = FAMILY.decode_key
+__all__ = ["ShareGroupLoader", "ShareKey", "decode_key", "encode_key", "records_between", "target_value"]
 
 
 # -- values ------------------------------------------------------------------------------------------
 
-_UUID = struct.Struct(">qq")
-
-
-def _put_uuid(w: Writer, topic_id: bytes) -> Writer:
-    high, low = _UUID.unpack(topic_id)
-    return w.int(8, high).int(8, low)
-
-
-def _uuid(reader: Reader) -> bytes:
-    return _UUID.pack(reader.int(8), reader.int(8))
-
-
-def _value() -> Writer:
-    return Writer().int(2, VALUE_VERSION)
-
-
-def _by_topic(partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> list[tuple[bytes, str, list[int]]]:
-    grouped: dict[str, list[int]] = {}
-    for topic, p in sorted(partitions):
-        grouped.setdefault(topic, []).append(p)
-    return [(topic_id, t, ps) for t, ps in grouped.items() if (topic_id := topic_ids(t)) is not None]
-
-
-def _partitions(w: Writer, partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> None:
-    rows = _by_topic(partitions, topic_ids)
-    w.array_header(True, len(rows))
-    for topic_id, _, ps in rows:
-        _put_uuid(w, topic_id).array_header(True, len(ps))
-        for p in ps:
-            w.int(4, p)
-        w.tagged_fields()
-
-
-def _read_partitions(reader: Reader, topic_names: TopicNames) -> frozenset[TopicPartition]:
-    def entry() -> tuple[bytes, list[int]]:
-        topic_id = _uuid(reader)
-        ps = reader.array(True, lambda: reader.int(4))
-        reader.tagged_fields()
-        return topic_id, ps
-    found: set[TopicPartition] = set()
-    for topic_id, ps in reader.array(True, entry):
-        name = topic_names(topic_id)
-        if name is not None:   # a topic deleted since: its partitions are gone
-            found.update((name, p) for p in ps)
-    return frozenset(found)
-
-
 def member_value(m: ShareMember) -> bytes:
     """ShareGroupMemberMetadataValue."""
-    w = _value().string(True, m.rack_id).string(True, m.client_id).string(True, m.client_host)
+    w = value_writer().string(True, m.rack_id).string(True, m.client_id).string(True, m.client_host)
     w.array_header(True, len(m.subscribed_topics))
     for topic in sorted(m.subscribed_topics):
         w.string(True, topic)
@@ -144,54 +75,31 @@ def member_value(m: ShareMember) -> bytes:
 
 def group_epoch_value(epoch: int, hash_: int) -> bytes:
     """ShareGroupMetadataValue."""
-    return _value().int(4, epoch).int(8, hash_).tagged_fields().getvalue()
-
-
-def target_epoch_value(epoch: int) -> bytes:
-    """ShareGroupTargetAssignmentMetadataValue."""
-    return _value().int(4, epoch).tagged_fields().getvalue()
-
-
-def target_value(partitions: Iterable[TopicPartition], topic_ids: TopicIds) -> bytes:
-    """ShareGroupTargetAssignmentMemberValue."""
-    w = _value()
-    _partitions(w, partitions, topic_ids)
-    return w.tagged_fields().getvalue()
+    return value_writer().int(4, epoch).int(8, hash_).tagged_fields().getvalue()
 
 
 def assignment_value(m: ShareMember, topic_ids: TopicIds) -> bytes:
     """ShareGroupCurrentMemberAssignmentValue."""
-    w = _value().int(4, m.member_epoch).int(4, m.previous_member_epoch).int(1, STABLE_STATE)
-    _partitions(w, m.assigned, topic_ids)
+    w = value_writer().int(4, m.member_epoch).int(4, m.previous_member_epoch).int(1, STABLE_STATE)
+    put_partitions(w, m.assigned, topic_ids)
     return w.tagged_fields().getvalue()
 
 
 def state_partitions_value(initialized: Iterable[TopicPartition], topic_ids: TopicIds, timestamp: int) -> bytes:
     """ShareGroupStatePartitionMetadataValue: nothing initializing or deleting (the share state of an
     assigned partition is initialized before its member is answered), `initialized` as InitializedTopics."""
-    w = _value().array_header(True, 0)
-    rows = _by_topic(initialized, topic_ids)
+    w = value_writer().array_header(True, 0)
+    rows = by_topic(initialized, topic_ids)
     w.array_header(True, len(rows))
     for topic_id, name, ps in rows:
-        _put_uuid(w, topic_id).string(True, name).array_header(True, len(ps))
+        put_uuid(w, topic_id).string(True, name).array_header(True, len(ps))
         for p in ps:
             w.int(4, p)
         w.int(8, timestamp).tagged_fields()
     return w.array_header(True, 0).tagged_fields().getvalue()
 
 
-def _reader(data: bytes, what: str) -> Reader:
-    reader = Reader(data, what)
-    version = reader.int(2)
-    if version != VALUE_VERSION:
-        raise CorruptRecordError(f"{what} version {version} is not 0")
-    return reader
-
-
 # -- what a change writes ------------------------------------------------------------------------------
-
-Records = list[tuple[bytes, bytes | None]]
-
 
 def records_between(before: ShareGroup | None, after: ShareGroup | None, topic_ids: TopicIds,
                     now: int = 0) -> Records:
@@ -203,41 +111,24 @@ def records_between(before: ShareGroup | None, after: ShareGroup | None, topic_i
         raise ValueError("records_between needs a group before or after the change")
     group_id = either.group_id
     old = before or ShareGroup(group_id, group_epoch=-1, assignment_epoch=-1, metadata_hash=-1)
-    records: Records = []
-
-    def put(record_type: int, value: bytes | None, member: str | None = None) -> None:
-        records.append((encode_key(ShareKey(record_type, group_id, member)), value))
-
+    out = FAMILY.writer(group_id)
+    put = out.put
     if after is None:
-        # Tombstones, as Kafka's ShareGroup.createGroupTombstoneRecords orders them, then the share state's.
-        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
-            for member_id in old.members:
-                put(record_type, None, member_id)
+        out.group_tombstones(old.members)   # then the share state's, as Kafka's ShareGroup orders them
         put(TARGET_EPOCH, None)
         put(GROUP_EPOCH, None)
         put(STATE_PARTITION_METADATA, None)
-        return records
-    for member_id in old.members.keys() - after.members.keys():
-        for record_type in (CURRENT_ASSIGNMENT, TARGET_MEMBER, MEMBER_METADATA):
-            put(record_type, None, member_id)
-    for member_id, m in after.members.items():
-        was = old.members.get(member_id)
-        if was is None or was.metadata_key() != m.metadata_key():
-            put(MEMBER_METADATA, member_value(m), member_id)
+        return out.records
+    out.member_tombstones(old.members.keys() - after.members.keys())
+    out.member_metadata(old, after, member_value)
     if (after.group_epoch, after.metadata_hash) != (old.group_epoch, old.metadata_hash):
         put(GROUP_EPOCH, group_epoch_value(after.group_epoch, after.metadata_hash))
-    for member_id, partitions in after.target.items():
-        if old.target.get(member_id) != partitions or member_id not in old.members:
-            put(TARGET_MEMBER, target_value(partitions, topic_ids), member_id)
-    if after.assignment_epoch != old.assignment_epoch:
-        put(TARGET_EPOCH, target_epoch_value(after.assignment_epoch))
-    for member_id, m in after.members.items():
-        was = old.members.get(member_id)
-        if was is None or was.assignment_key() != m.assignment_key():
-            put(CURRENT_ASSIGNMENT, assignment_value(m, topic_ids), member_id)
+    out.targets(old, after, topic_ids)
+    out.target_epoch(old, after)
+    out.assignments(old, after, lambda m: assignment_value(m, topic_ids))
     if after.initialized != old.initialized and (before is not None or after.initialized):
         put(STATE_PARTITION_METADATA, state_partitions_value(after.initialized, topic_ids, now))
-    return records
+    return out.records
 
 
 # -- loading ----------------------------------------------------------------------------------------
@@ -266,11 +157,13 @@ class ShareGroupLoader:
         if t == LEGACY_PARTITION_METADATA:
             return  # Kafka 4.0's subscription metadata: the MetadataHash replaced it
         g = self._groups.setdefault(key.group, _Loading())
+        if FAMILY.replay_target(g, key, value, what, self._names):
+            return
         if t == GROUP_EPOCH:
             if value is None:
                 self._groups.pop(key.group, None)
                 return
-            reader = _reader(value, what)
+            reader = value_reader(value, what)
             g.epoch = reader.int(4)
             # Kafka 4.0's value ends here (its tagged-field section is one byte).
             g.metadata_hash = reader.int(8) if len(reader.data) - reader.pos > 1 else 0
@@ -281,25 +174,11 @@ class ShareGroupLoader:
                 g.members.pop(key.member_id, None)
             else:
                 self._member(g, key.member_id, value, what)
-        elif t == TARGET_EPOCH:
-            if value is not None:
-                reader = _reader(value, what)
-                g.assignment_epoch = reader.int(4)
-                reader.tagged_fields()
-                reader.end()
-        elif t == TARGET_MEMBER:
-            if value is None:
-                g.target.pop(key.member_id, None)
-            else:
-                reader = _reader(value, what)
-                g.target[key.member_id] = _read_partitions(reader, self._names)
-                reader.tagged_fields()
-                reader.end()
         elif t == CURRENT_ASSIGNMENT and value is not None:
-            reader = _reader(value, what)
+            reader = value_reader(value, what)
             epoch, previous = reader.int(4), reader.int(4)
             reader.int(1)
-            assigned = _read_partitions(reader, self._names)
+            assigned = read_partitions(reader, self._names)
             reader.tagged_fields()
             reader.end()
             member = g.members.get(key.member_id)
@@ -309,7 +188,7 @@ class ShareGroupLoader:
             g.initialized = frozenset() if value is None else self._initialized(value, what)
 
     def _member(self, g: _Loading, member_id: str, value: bytes, what: str) -> None:
-        reader = _reader(value, what)
+        reader = value_reader(value, what)
         rack_id = reader.string(True, nullable=True)
         client_id = reader.string(True)
         client_host = reader.string(True)
@@ -324,10 +203,10 @@ class ShareGroupLoader:
             member.subscribed_topics = topics
 
     def _initialized(self, value: bytes, what: str) -> frozenset[TopicPartition]:
-        reader = _reader(value, what)
+        reader = value_reader(value, what)
 
         def topic_partitions() -> list[TopicPartition]:
-            topic_id = _uuid(reader)
+            topic_id = read_uuid(reader)
             reader.string(True)
             ps = reader.array(True, lambda: reader.int(4))
             reader.int(8)
@@ -336,7 +215,7 @@ class ShareGroupLoader:
             return [] if name is None else [(name, p) for p in ps]
 
         def topic() -> None:
-            _uuid(reader)
+            read_uuid(reader)
             reader.string(True)
             reader.tagged_fields()
         reader.array(True, topic_partitions)   # initializing: done again at the next assignment

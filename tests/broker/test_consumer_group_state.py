@@ -287,7 +287,8 @@ class Node:
     """A store, a transaction coordinator and a group coordinator wired as the broker wires them."""
 
     def __init__(self, path, clock: Clock, ids=None, *, consumer: ConsumerGroupConfig = FAST,
-                 min_session_timeout_ms: int = GroupConfig.min_session_timeout_ms):
+                 min_session_timeout_ms: int = GroupConfig.min_session_timeout_ms, **coordinator):
+        """`coordinator`: more of GroupCoordinator's keyword arguments (a share config and listener...)."""
         self.path, self.clock = path, clock
         self._options = {"consumer": consumer, "min_session_timeout_ms": min_session_timeout_ms}
         self.ids = ids if ids is not None else itertools.count(1000)
@@ -298,12 +299,16 @@ class Node:
                                           TxnConfig(state_partitions=3, offsets_partitions=3, fsync=False), clock=clock)
         self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(
             fsync=False, initial_rebalance_delay_ms=0, consumer=consumer,
-            min_session_timeout_ms=min_session_timeout_ms), clock=clock)
+            min_session_timeout_ms=min_session_timeout_ms), clock=clock, **coordinator)
         self.txn.on_offsets_marker = self.groups.complete_txn_offsets
+
+    def again(self) -> Node:
+        """A node like this one over the same directory, clock and ids (`reopen` loads it)."""
+        return Node(self.path, self.clock, self.ids, **self._options)
 
     def reopen(self) -> Node:
         self.store.close()
-        node = Node(self.path, self.clock, self.ids, **self._options)
+        node = self.again()
         node.txn.load()
         node.groups.load()
         return node

@@ -23,10 +23,7 @@ from __future__ import annotations
 import functools
 import os
 import random
-import shutil
 import sys
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,16 +33,14 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "storage"))
 
 import logstore.broker.node  # noqa: E402 (the storage helpers are found through the path set just above)
-import logstore.durability  # noqa: E402
-import logstore.log  # noqa: E402
-from fault_fs import FaultFileSystem, SimulatedPowerLoss  # noqa: E402
+from fault_fs import FaultFileSystem  # noqa: E402
 from logstore.broker.config import BrokerConfig  # noqa: E402
 from logstore.broker.coordinator.txn_log import TxnState  # noqa: E402
 from logstore.broker.node import Node  # noqa: E402
-from logstore.errors import LogStoreError  # noqa: E402
 from logstore.formats import DEFAULT_FORMAT  # noqa: E402
 from logstore.manager import LogManager  # noqa: E402
 from power_loss import MODES, DeferredFlusher  # noqa: E402
+from power_loss_stores import cut_step, sweep_cuts  # noqa: E402
 
 TOPIC = "orders"
 PARTITIONS = 2
@@ -77,19 +72,6 @@ WORKLOAD: list[tuple] = [
     ("offsets", {0: 4}),
     ("txn", "tx-c", None, {0: [b"c1-0"]}, None),
 ]
-
-
-class InlineExecutor:
-    """Stands in for the storage's sync pool: a durable wait's fsync runs in the thread that waits."""
-
-    def submit(self, fn: Callable[[], object]) -> Future:
-        """Run `fn` now; its future."""
-        done: Future = Future()
-        try:
-            done.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits, as the pool would
-            done.set_exception(exc)
-        return done
 
 
 @dataclass
@@ -135,32 +117,18 @@ def _prepare(directory: Path) -> None:
         node.transactions.ensure_offsets_topic()
 
 
-def _call(fs: FaultFileSystem, journal: Journal, fn: Callable[..., Any], *args: Any) -> Any:
-    """One coordinator call; SimulatedPowerLoss if the power went during it (it is then not acknowledged,
-    whatever it returned: a failed durable wait is reported as an error or left to a redo)."""
-    journal.flusher.run()   # the flushes the last step's rolls queued, as the background flusher would
-    try:
-        result = fn(*args)
-    except LogStoreError:
-        if fs.dead:
-            raise SimulatedPowerLoss("the power went during the call") from None
-        raise
-    if fs.dead:
-        raise SimulatedPowerLoss("the power went during the call")
-    return result
-
-
 def _run(node: Node, fs: FaultFileSystem, journal: Journal, workload: list[tuple]) -> None:
     """Apply `workload` step by step, recording in `journal` what was attempted and what returned."""
     txns, groups = node.transactions, node.groups
+    call = functools.partial(cut_step, fs, journal.flusher)
     producers: dict[str, tuple[int, int]] = {}
     sequences: dict[tuple[int, int], int] = {}
     for step in workload:
         if step[0] == "offsets":
             commit = Commit(step[1])
             journal.steps.append(commit)
-            errors = _call(fs, journal, groups.commit_offsets, PLAIN_GROUP, "", None, -1,
-                           {(TOPIC, p): (o, -1, "") for p, o in commit.offsets.items()})
+            errors = call(groups.commit_offsets, PLAIN_GROUP, "", None, -1,
+                          {(TOPIC, p): (o, -1, "") for p, o in commit.offsets.items()})
             assert not any(errors.values()), errors
             commit.acked = True
             continue
@@ -168,23 +136,23 @@ def _run(node: Node, fs: FaultFileSystem, journal: Journal, workload: list[tuple
         txn = Txn(transactional_id, decision, values, offsets)
         journal.steps.append(txn)
         if transactional_id not in producers:
-            producers[transactional_id] = _call(fs, journal, txns.init_producer_id, transactional_id, TIMEOUT_MS)
+            producers[transactional_id] = call(txns.init_producer_id, transactional_id, TIMEOUT_MS)
         pid, epoch = producers[transactional_id]
         txn.producer_id = pid
-        _call(fs, journal, txns.add_partitions, transactional_id, pid, epoch, [(TOPIC, p) for p in values])
+        call(txns.add_partitions, transactional_id, pid, epoch, [(TOPIC, p) for p in values])
         for p, batch in values.items():
             sequence = sequences.get((pid, p), 0)
-            _call(fs, journal, _produce, node, transactional_id, pid, epoch, p, batch, sequence)
+            call(_produce, node, transactional_id, pid, epoch, p, batch, sequence)
             sequences[(pid, p)] = sequence + len(batch)
             txn.acked[p] = batch
         if offsets is not None:
-            _call(fs, journal, txns.add_offsets, transactional_id, pid, epoch, TXN_GROUP)
-            errors = _call(fs, journal, groups.commit_txn_offsets, transactional_id, TXN_GROUP, pid, epoch, "", None,
-                           -1, {(TOPIC, p): (o, -1, "") for p, o in offsets.items()})
+            call(txns.add_offsets, transactional_id, pid, epoch, TXN_GROUP)
+            errors = call(groups.commit_txn_offsets, transactional_id, TXN_GROUP, pid, epoch, "", None,
+                          -1, {(TOPIC, p): (o, -1, "") for p, o in offsets.items()})
             assert not any(errors.values()), errors
             txn.offsets_acked = True
         if decision is not None:
-            _call(fs, journal, txns.end_transaction, transactional_id, pid, epoch, decision)
+            call(txns.end_transaction, transactional_id, pid, epoch, decision)
             txn.ended = True
     journal.flusher.run()
 
@@ -204,43 +172,16 @@ def _produce(node: Node, transactional_id: str, pid: int, epoch: int, partition:
 def _sweep(tmp_path: Path, monkeypatch, workload: list[tuple], what: str = "", modes: list[bool] = MODES) -> int:
     """Count the workload's boundaries, then cut the power at each (and once after the last) in each mode
     and check the reopened directory; the count."""
-    start = tmp_path / "start"
-    _prepare(start)
-    monkeypatch.setattr(logstore.durability, "_pool", InlineExecutor)
-    # No scheduler thread (retention, checkpoints, flushes) and no cleaner thread: they would cross boundaries.
-    monkeypatch.setattr(logstore.broker.node, "LogManager", functools.partial(LogManager, start_scheduler=False))
+    def prepare(start: Path) -> None:
+        _prepare(start)
+        # No scheduler thread (retention, checkpoints, flushes) and no cleaner thread: they would cross boundaries.
+        monkeypatch.setattr(logstore.broker.node, "LogManager", functools.partial(LogManager, start_scheduler=False))
 
-    def attempt(directory: Path, cut: int | None, durable_metadata: bool) -> tuple[Journal, bool]:
-        shutil.copytree(start, directory)
-        journal = Journal()
-        monkeypatch.setattr(logstore.log, "roll_flusher", journal.flusher)
-        fs = FaultFileSystem(real_syncs=False)
-        node = Node(_config(directory), fs=fs)
-        opened = len(fs.boundaries)
-        if cut is not None:
-            fs.crash_at(cut)   # counted from here: opening a store is the storage sweeps' matter
-        try:
-            _run(node, fs, journal, workload)
-            finished = True
-        except SimulatedPowerLoss:
-            finished = False
-        journal.boundaries = len(fs.boundaries) - opened
-        # The node is left as a power cut leaves a process: never closed (it has no thread to stop).
-        fs.crash(durable_metadata=durable_metadata)
-        return journal, finished
+    def run(node: Node, fs: FaultFileSystem, journal: Journal) -> None:
+        _run(node, fs, journal, workload)
 
-    counts = [attempt(tmp_path / f"count-{run}", None, False)[0].boundaries for run in range(2)]
-    assert counts[0] == counts[1], f"{counts}: the boundaries differ between two runs (a thread crossed some)"
-    total = counts[0]
-    for k in range(1, total + 2):
-        for durable_metadata in modes:
-            directory = tmp_path / f"cut-{k}-{durable_metadata}"
-            journal, finished = attempt(directory, k, durable_metadata)
-            assert finished == (k > total), f"boundary {k} of {total}: finished={finished}"
-            _check(directory, journal, f"{what}cut at boundary {k} of {total} "
-                                       f"({'names kept' if durable_metadata else 'names dropped'})")
-            shutil.rmtree(directory)
-    return total
+    return sweep_cuts(tmp_path, monkeypatch, prepare, Journal, lambda d, fs: Node(_config(d), fs=fs), run, _check,
+                      what=what, modes=modes)
 
 
 def _batches(node: Node, partition: int) -> tuple[list[tuple[int, bytes]], list[tuple[int, int, str]]]:

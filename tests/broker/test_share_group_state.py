@@ -20,10 +20,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
 from logstore.broker.coordinator.share_group import ShareGroup, ShareGroupConfig, simple_assign
 from logstore.broker.coordinator.share_group_log import ShareGroupLoader, decode_key, records_between
-from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
 from logstore.errors import (
     FencedMemberEpochError,
     GroupIdNotFoundError,
@@ -34,7 +32,8 @@ from logstore.errors import (
     NonEmptyGroupError,
     UnknownMemberIdError,
 )
-from logstore.manager import LogManager
+from test_consumer_group_state import Clock
+from test_consumer_group_state import Node as StateNode
 
 CONFIG = ShareGroupConfig(session_timeout_ms=45_000, heartbeat_interval_ms=100, max_size=1_000)
 TOPICS = ("a", "b", "c")
@@ -245,16 +244,6 @@ def test_broker_settings_are_checked_as_kafka_checks_them():
 FAST = ShareGroupConfig(session_timeout_ms=2_000, heartbeat_interval_ms=200)
 
 
-class Clock:
-    """Milliseconds that move only when a test says so."""
-
-    def __init__(self):
-        self.now = 1_700_000_000_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 class Listener:
     """A share listener that remembers what it was told (and can fail its next initialization)."""
 
@@ -277,39 +266,18 @@ class Listener:
         self.deleted.append((group_id, partitions))
 
 
-class Node:
-    """A store, a transaction coordinator and a group coordinator wired as the broker wires them."""
+class Node(StateNode):
+    """A store, a transaction coordinator and a group coordinator wired as the broker wires them, with a
+    share listener and group configs."""
 
     def __init__(self, path, clock: Clock, ids=None, settings_by_group=None):
-        self.path, self.clock = path, clock
-        self.ids = ids if ids is not None else itertools.count(1000)
         self.settings_by_group = settings_by_group or {}
         self.listener = Listener()
-        self.store = LogManager([str(path)])
-        if "t" not in self.store.topics():
-            self.store.create_topic("t", 4)
-        self.txn = TransactionCoordinator(self.store, lambda: next(self.ids),
-                                          TxnConfig(state_partitions=3, offsets_partitions=3, fsync=False), clock=clock)
-        self.groups = GroupCoordinator(self.store, self.txn, GroupConfig(fsync=False, initial_rebalance_delay_ms=0),
-                                       clock=clock, share_config=FAST, share_listener=self.listener,
-                                       group_setting=lambda g, name: self.settings_by_group.get((g, name)))
+        super().__init__(path, clock, ids, share_config=FAST, share_listener=self.listener,
+                         group_setting=lambda g, name: self.settings_by_group.get((g, name)))
 
-    def reopen(self) -> Node:
-        self.store.close()
-        node = Node(self.path, self.clock, self.ids, self.settings_by_group)
-        node.txn.load()
-        node.groups.load()
-        return node
-
-    def advance(self, ms: int) -> None:
-        """Move the clock, running every deadline on the way at its time."""
-        target = self.clock.now + ms
-        wake = self.groups.poll(self.clock.now)
-        while wake is not None and wake <= target:
-            self.clock.now = wake
-            wake = self.groups.poll(wake)
-        self.clock.now = target
-        self.groups.poll(target)
+    def again(self) -> Node:
+        return Node(self.path, self.clock, self.ids, self.settings_by_group)
 
     def beat(self, member: str, epoch: int, group: str = "g", **fields):
         """A heartbeat; (epoch, assignment by topic name or None, heartbeat interval)."""

@@ -6,25 +6,22 @@ import datetime
 import json
 import uuid
 
-from confluent_kafka.admin import AdminClient as ConfluentAdmin
-from confluent_kafka.admin import ConfigResource, ConfigSource
+from confluent_kafka.admin import ConfigResource
 from kio.schema.consumer_group_heartbeat.v1.request import ConsumerGroupHeartbeatRequest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 import admin_cli_broker
-from admin_cli_broker import TIMEOUT, cli, cli_at, one_line_error
+from admin_cli_broker import cli, cli_at, one_line_error
 from logstore.broker.admin_client import AdminClient as WireClient
+from test_configs_cli import confluent_configs
 
 admin_broker = admin_cli_broker.admin_broker   # the fixture
 
 
 def group_configs(broker, group: str) -> dict[str, tuple[str | None, str]]:
     """{name: (value, source name)} as confluent-kafka's AdminClient describes the group."""
-    admin = ConfluentAdmin({"bootstrap.servers": broker.bootstrap})
-    resource = ConfigResource(ConfigResource.Type.GROUP, group)
-    entries = admin.describe_configs([resource])[resource].result(TIMEOUT)
-    return {k: (e.value, ConfigSource(e.source).name) for k, e in entries.items()}
+    return confluent_configs(broker, ConfigResource.Type.GROUP, group)
 
 
 def test_alter_and_describe_a_groups_configs_in_kafkas_lines(admin_broker):

@@ -21,7 +21,7 @@ from kio.schema.types import GroupId
 import admin_cli_broker
 from admin_cli_broker import TIMEOUT, cli, one_line_error, table
 from logstore.broker.admin_client import AdminClient
-from share_helpers import share_consumer
+from share_helpers import share_consumer, start_offsets
 
 admin_broker = admin_cli_broker.admin_broker   # the fixture
 
@@ -42,7 +42,7 @@ def joined(broker, group: str):
     partitions (their share state exists)."""
     consumer = share_consumer(broker.bootstrap, group, TOPIC)
     deadline = time.monotonic() + TIMEOUT
-    while members(broker, group) == 0 or len(offset_rows(broker, group)) < 2:
+    while members(broker, group) == 0 or len(start_offsets(broker.bootstrap, group)) < 2:
         assert time.monotonic() < deadline, f"the share consumer of {group} never fetched"
         consumer.poll(0.2)
     return consumer

@@ -68,8 +68,9 @@ def test_four_consumers_share_one_partition(broker, topic):
     assert not errors, errors
     everything = Counter(offset for offsets in seen for offset in offsets)
     assert set(everything) == set(range(total))
+    # How the records spread over the four depends on which fetch comes first (one fast member may take
+    # them all); that each went to exactly one member does not.
     assert [o for o, n in everything.items() if n > 1] == []
-    assert sum(1 for offsets in seen if offsets) >= 2, [len(s) for s in seen]
 
 
 def test_release_reject_and_delivery_limit(start_broker, topic):
@@ -133,6 +134,37 @@ def test_killed_member_locks_expire(start_broker, topic):
         finish(consumer)
     assert set(delivered) == set(range(total))
     assert all(delivered[o] >= 2 for o in held), {o: delivered[o] for o in held if delivered[o] < 2}
+
+
+def test_expired_member_releases_what_it_holds(start_broker, topic):
+    """A member SIGKILLed and expired by its session: what it held goes to another member at once, long
+    before the locks would run out (locks here outlast the test)."""
+    broker = start_broker("group.share.min.session.timeout.ms=2000", "group.share.session.timeout.ms=2000",
+                          "group.share.min.heartbeat.interval.ms=500", "group.share.heartbeat.interval.ms=500",
+                          "group.share.max.record.lock.duration.ms=3600000",
+                          "group.share.record.lock.duration.ms=3600000")
+    create_topic(broker.bootstrap, topic)
+    set_group_configs(broker.bootstrap, "expired", share_auto_offset_reset="earliest")
+    total = 200
+    produce_values(broker.bootstrap, topic, (b"%d" % i for i in range(total)))
+    member = subprocess.Popen([sys.executable, str(HERE / "share_member.py"), broker.bootstrap, "expired", topic],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        held = json.loads(member.stdout.readline())
+    finally:
+        member.kill()
+        member.wait()
+    delivered: dict[int, int] = {}
+    consumer = share_consumer(broker.bootstrap, "expired", topic)
+    try:
+        consume_until(consumer, lambda: len(delivered) >= total,
+                      lambda m: delivered.setdefault(m.offset(), m.delivery_count()))
+    finally:
+        finish(consumer)
+    assert set(delivered) == set(range(total))
+    # Released because its holder left, not because a lock ran out: Kafka lowers the count back (the
+    # application never acknowledged having seen them).
+    assert {delivered[o] for o in held} == {1}
 
 
 def test_broker_killed_mid_stream(start_broker, topic):
@@ -206,21 +238,31 @@ def test_classic_and_share_groups_read_independently(broker, topic):
     create_topic(broker.bootstrap, topic, partitions=2)
     set_group_configs(broker.bootstrap, "side-share", share_auto_offset_reset="earliest")
     produce_values(broker.bootstrap, topic, (b"%d" % i for i in range(400)))
-    classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "side-classic",
-                        "auto.offset.reset": "earliest"})
-    classic.subscribe([topic])
-    share = share_consumer(broker.bootstrap, "side-share", topic)
     by_classic: set[bytes] = set()
     by_share: set[bytes] = set()
-    deadline = time.monotonic() + TIMEOUT
+    errors: list[BaseException] = []
+
+    def classic_reader() -> None:
+        classic = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "side-classic",
+                            "auto.offset.reset": "earliest"})
+        classic.subscribe([topic])
+        try:
+            deadline = time.monotonic() + TIMEOUT
+            while len(by_classic) < 400:
+                assert time.monotonic() < deadline, len(by_classic)
+                by_classic.update(m.value() for m in classic.consume(500, 0.5) if m.error() is None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+        finally:
+            classic.close()
+
+    reader = threading.Thread(target=classic_reader)
+    reader.start()
+    share = share_consumer(broker.bootstrap, "side-share", topic)
     try:
-        while len(by_classic) < 400 or len(by_share) < 400:
-            assert time.monotonic() < deadline, (len(by_classic), len(by_share))
-            message = classic.poll(0.1)
-            if message is not None and message.error() is None:
-                by_classic.add(message.value())
-            by_share.update(m.value() for m in share.poll(0.1) if m.error() is None)
+        consume_until(share, lambda: len(by_share) >= 400, lambda m: by_share.add(m.value()))
     finally:
-        classic.close()
         finish(share)
+        reader.join()
+    assert not errors, errors
     assert by_classic == by_share == {b"%d" % i for i in range(400)}

@@ -12,23 +12,18 @@ in the same order every run (checked: two counting runs must agree).
 """
 from __future__ import annotations
 
-import shutil
-from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import logstore.durability
-import logstore.log
-from fault_fs import FaultFileSystem, SimulatedPowerLoss
+from fault_fs import FaultFileSystem
 from logstore.broker.coordinator.internal_topics import InternalTopics, ShareStateTopicConfig
 from logstore.broker.coordinator.txn_config import TxnConfig
 from logstore.broker.share.state_records import canonical
 from logstore.broker.share.state_store import ShareStateStore
 from logstore.broker.share.types import DeliveryState, SharePartitionKey, ShareState, StateBatch
-from logstore.errors import LogStoreError
 from logstore.manager import LogManager
-from power_loss import MODES, DeferredFlusher
+from power_loss import DeferredFlusher
+from power_loss_stores import cut_step, sweep_cuts
 
 A, K, X = DeliveryState.AVAILABLE, DeliveryState.ACKNOWLEDGED, DeliveryState.ARCHIVED
 T1, T2 = bytes(range(16)), bytes(range(16, 32))
@@ -61,19 +56,6 @@ WORKLOAD: list[tuple] = [
 KEYS = [K0, K1, K2]
 
 
-class InlineExecutor:
-    """Stands in for the storage's sync pool: a durable wait's fsync runs in the thread that waits."""
-
-    def submit(self, fn: Callable[[], object]) -> Future:
-        """Run `fn` now; its future."""
-        done: Future = Future()
-        try:
-            done.set_result(fn())
-        except BaseException as exc:  # noqa: BLE001 - handed to whoever waits, as the pool would
-            done.set_exception(exc)
-        return done
-
-
 @dataclass
 class Journal:
     """What one run attempted and what returned before the cut."""
@@ -98,19 +80,8 @@ def _prepare(directory: Path) -> None:
 
 
 def _run(states: ShareStateStore, fs: FaultFileSystem, journal: Journal) -> None:
-    for step in WORKLOAD:
-        journal.flusher.run()   # the flushes the last step's rolls queued, as the background flusher would
-        try:
-            if step[0] == "write":
-                states.write(step[1], step[2])
-            else:
-                states.delete(step[1])
-        except LogStoreError:
-            if fs.dead:
-                raise SimulatedPowerLoss("the power went during the step") from None
-            raise
-        if fs.dead:
-            raise SimulatedPowerLoss("the power went during the step")
+    for action, *args in WORKLOAD:
+        cut_step(fs, journal.flusher, states.write if action == "write" else states.delete, *args)
         journal.acked += 1
     journal.flusher.run()
 
@@ -137,41 +108,8 @@ def _allowed(acked: int) -> dict[SharePartitionKey, list[ShareState | None]]:
 
 
 def test_share_state_survives_a_cut_at_every_boundary(tmp_path, monkeypatch):
-    start = tmp_path / "start"
-    _prepare(start)
-    monkeypatch.setattr(logstore.durability, "_pool", InlineExecutor)
-
-    def attempt(directory: Path, cut: int | None, durable_metadata: bool) -> tuple[Journal, bool]:
-        shutil.copytree(start, directory)
-        journal = Journal()
-        monkeypatch.setattr(logstore.log, "roll_flusher", journal.flusher)
-        fs = FaultFileSystem(real_syncs=False)
-        _, states = _open(directory, fs)
-        opened = len(fs.boundaries)
-        if cut is not None:
-            fs.crash_at(cut)   # counted from here: opening a store is the storage sweeps' matter
-        try:
-            _run(states, fs, journal)
-            finished = True
-        except SimulatedPowerLoss:
-            finished = False
-        journal.boundaries = len(fs.boundaries) - opened
-        # Left as a power cut leaves a process: never closed.
-        fs.crash(durable_metadata=durable_metadata)
-        return journal, finished
-
-    counts = [attempt(tmp_path / f"count-{run}", None, False)[0].boundaries for run in range(2)]
-    assert counts[0] == counts[1], f"{counts}: the boundaries differ between two runs (a thread crossed some)"
-    total = counts[0]
+    total = sweep_cuts(tmp_path, monkeypatch, _prepare, Journal, lambda d, fs: _open(d, fs)[1], _run, _check)
     assert total > len(WORKLOAD)   # at least one fsync per step
-    for k in range(1, total + 2):
-        for durable_metadata in MODES:
-            directory = tmp_path / f"cut-{k}-{durable_metadata}"
-            journal, finished = attempt(directory, k, durable_metadata)
-            where = f"cut at boundary {k} of {total} ({'names kept' if durable_metadata else 'names dropped'})"
-            assert finished == (k > total), f"{where}: finished={finished}"
-            _check(directory, journal, where)
-            shutil.rmtree(directory)
 
 
 def _check(directory: Path, journal: Journal, where: str) -> None:
