@@ -5,8 +5,9 @@ A member subscribes to one topic, polls in a loop and reports on its stdout, one
 its assignment whenever that changes (with how many assign and revoke callbacks it has had), every
 record it consumed, every offset commit that succeeded or failed, client errors, and the answers to
 commands. Unless told to hold them, it commits the positions of what it consumed (synchronously)
-after every poll that brought records, and in its revoke callback before it gives partitions up, as
-an at-least-once application does. The test side (`MemberProcess`) keeps the latest of those reports;
+after every poll that brought records, again a heartbeat interval after a commit the broker refused
+(during a rebalance), and in its revoke callback before it gives partitions up, as an at-least-once
+application does. The test side (`MemberProcess`) keeps the latest of those reports;
 `wait_for` waits until a condition over the members holds, so tests await events, never sleep.
 
 Each adapter calls only its client's public API. aiokafka's coroutines run on an event loop in a thread

@@ -14,6 +14,7 @@ import os
 import selectors
 import sys
 import threading
+import time
 
 from group_helpers import POLL, Listener, MemberConfig, Record, group_consumer
 
@@ -30,6 +31,9 @@ class Member(Listener):
         self.positions: dict[int, int] = {}   # partition -> offset after the last record consumed there
         self.holding = not config.commit_consumed   # commits nothing of its own once told to hold
         self.assigns = self.revokes = 0
+        # When to commit again after the broker refused a commit (monotonic s), None when none is owed.
+        self.retry_at: float | None = None
+        self.retry_s = config.heartbeat_interval_ms / 1000
         self._reported: tuple | None = None
         self._stdin = b""
         self.consumer = group_consumer(config, self)
@@ -78,16 +82,25 @@ class Member(Listener):
     # -- the loop -------------------------------------------------------------------------------------
 
     def commit_positions(self) -> None:
-        """Commit where the member is in every partition it consumed from (unless holding)."""
+        """Commit where the member is in every partition it consumed from (unless holding); after a refusal,
+        commit again a heartbeat interval later, until one is taken."""
         with self._lock:
             offsets = {} if self.holding else dict(self.positions)
+        self.retry_at = None
         if offsets:
             try:
                 self.consumer.commit(offsets)
-            except Exception as exc:  # noqa: BLE001 - reported; the next commit covers these offsets again
+            except Exception as exc:  # noqa: BLE001 - reported, and made again (see run)
                 self.commit_done(offsets, exc)
+                self.retry_at = time.monotonic() + self.retry_s
             else:
                 self.commit_done(offsets, None)
+
+    def commit_owed(self) -> bool:
+        """Whether a refused commit is due again: the broker refuses commits during a rebalance
+        (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION) and librdkafka does not retry them, so an at-least-once
+        application commits its positions again; without new records nothing else would."""
+        return self.retry_at is not None and time.monotonic() >= self.retry_at
 
     def report_assignment(self) -> None:
         assignment = self.consumer.assignment()
@@ -117,7 +130,7 @@ class Member(Listener):
                     for command in commands:
                         if not self.execute(command):
                             return
-                if self.consumer.poll(POLL):
+                if self.consumer.poll(POLL) or self.commit_owed():
                     self.commit_positions()
                 self.report_assignment()
 
