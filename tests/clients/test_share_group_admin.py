@@ -239,7 +239,10 @@ def secured(tmp_path):
         "listener.security.protocol.map=ADMIN:SASL_PLAINTEXT,CLIENT:PLAINTEXT",
         "listener.name.admin.sasl.enabled.mechanisms=PLAIN",
         f"listener.name.admin.plain.sasl.jaas.config={ADMIN_JAAS}",
-        f"authorizer.class.name={STANDARD_AUTHORIZER}", "super.users=User:admin"))
+        f"authorizer.class.name={STANDARD_AUTHORIZER}", "super.users=User:admin",
+        # A member's leave under ACLs may only land at its session's end: a short one keeps the test short.
+        "group.share.min.session.timeout.ms=2000", "group.share.session.timeout.ms=2000",
+        "group.share.min.heartbeat.interval.ms=500", "group.share.heartbeat.interval.ms=500"))
     started.append(broker)
     broker.start()
     with AdminClient(f"127.0.0.1:{admin_port}", security=ADMIN) as admin:
