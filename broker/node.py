@@ -184,7 +184,8 @@ class Node:
         self.producer_ids.reserve_through(highest)
 
     def start(self) -> Node:
-        """Start the upkeep thread; returns the node."""
+        """Start the upkeep thread, loaded members' sessions from now; returns the node."""
+        self.groups.restart_sessions()
         self._upkeep.start()
         return self
 

@@ -164,6 +164,20 @@ class GroupCoordinator:
                     self._consumer_timers.start_sessions(group, now)
         return len(groups) + len(shares)
 
+    def restart_sessions(self) -> None:
+        """Give every loaded member a whole session from now, when the broker starts serving: the time the
+        rest of the start took must not count against members that cannot reach it yet (Kafka's coordinator
+        loads its partitions once the broker is up)."""
+        now = self._context.clock()
+        with self._context.lock:
+            self._shares.start_sessions(now)
+            for group in self._group_store.all():
+                for member in group.members.values():
+                    member.heartbeat_deadline = now + member.session_timeout_ms
+                    self._rebalancer.schedule_member(group, member, member.heartbeat_deadline)
+                if group.consumer is not None:
+                    self._consumer_timers.start_sessions(group, now)
+
     def poll(self, now: int | None = None) -> int | None:
         """Act on every deadline passed (sessions, join phases); the next deadline, or None."""
         now = self._context.clock() if now is None else now
