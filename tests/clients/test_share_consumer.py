@@ -36,6 +36,17 @@ HERE = Path(__file__).parent
 FAST_LOCKS = ("group.share.min.record.lock.duration.ms=1000", "group.share.record.lock.duration.ms=2000")
 
 
+def hold_and_die(bootstrap: str, group: str, topic: str) -> list[int]:
+    """The offsets a member in its own process acquired and held when it was SIGKILLed."""
+    member = subprocess.Popen([sys.executable, str(HERE / "share_member.py"), bootstrap, group, topic],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        return json.loads(member.stdout.readline())
+    finally:
+        member.kill()
+        member.wait()
+
+
 def test_four_consumers_share_one_partition(broker, topic):
     """20,000 records, 4 implicit-mode consumers on one partition: each record accepted exactly once."""
     create_topic(broker.bootstrap, topic)
@@ -117,13 +128,7 @@ def test_killed_member_locks_expire(start_broker, topic):
     set_group_configs(broker.bootstrap, "killed", share_auto_offset_reset="earliest")
     total = 500
     produce_values(broker.bootstrap, topic, (b"%d" % i for i in range(total)))
-    member = subprocess.Popen([sys.executable, str(HERE / "share_member.py"), broker.bootstrap, "killed", topic],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        held = json.loads(member.stdout.readline())
-    finally:
-        member.kill()
-        member.wait()
+    held = hold_and_die(broker.bootstrap, "killed", topic)
     assert held
     delivered: dict[int, int] = {}
     consumer = share_consumer(broker.bootstrap, "killed", topic)
@@ -147,13 +152,7 @@ def test_expired_member_releases_what_it_holds(start_broker, topic):
     set_group_configs(broker.bootstrap, "expired", share_auto_offset_reset="earliest")
     total = 200
     produce_values(broker.bootstrap, topic, (b"%d" % i for i in range(total)))
-    member = subprocess.Popen([sys.executable, str(HERE / "share_member.py"), broker.bootstrap, "expired", topic],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        held = json.loads(member.stdout.readline())
-    finally:
-        member.kill()
-        member.wait()
+    held = hold_and_die(broker.bootstrap, "expired", topic)
     delivered: dict[int, int] = {}
     consumer = share_consumer(broker.bootstrap, "expired", topic)
     try:
