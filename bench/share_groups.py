@@ -9,8 +9,9 @@ checkout's `logstore broker`, fsync on as by default) holds the topic; each roun
 fresh classic group and once with a fresh share group (order swapped every other round), each member in
 its own process so the Python clients do not share a GIL. A round's time runs from the group's first record
 (joining, and the classic group's rebalance delay, are not counted) to the moment the members' counts add up
-to every record; the table shows each round and the median ratio, and the
-broker's CPU per 1M records (from /proc) for each kind.
+to every record; the table shows each round and the median ratio, and for each kind the CPU per 1M records
+of the broker (from /proc) and of the four members together (their rusage): the members and the broker
+share the machine's cores.
 """
 from __future__ import annotations
 
@@ -40,9 +41,9 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def _member(kind: str, bootstrap: str, group: str, topic: str, counter, first, total: int) -> None:
-    """One group member: count records into `counter` until it reaches `total`; `first` gets the time the
-    group's first record arrived."""
+def _member(kind: str, bootstrap: str, group: str, topic: str, counter, span, total: int) -> None:
+    """One group member: count records into `counter` until it reaches `total`; `span` gets the times the
+    group's first record and its last one arrived."""
     from confluent_kafka import Consumer, ShareConsumer
     if kind == "share":
         consumer = ShareConsumer({"bootstrap.servers": bootstrap, "group.id": group})
@@ -50,10 +51,7 @@ def _member(kind: str, bootstrap: str, group: str, topic: str, counter, first, t
         while counter.value < total:
             got = sum(1 for m in consumer.poll(0.2) if m.error() is None)
             if got:
-                with counter.get_lock():
-                    if not counter.value:
-                        first.value = time.monotonic()
-                    counter.value += got
+                _count(counter, span, got, total)
     else:
         consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
                              "enable.auto.commit": True})
@@ -61,15 +59,22 @@ def _member(kind: str, bootstrap: str, group: str, topic: str, counter, first, t
         while counter.value < total:
             got = sum(1 for m in consumer.consume(1000, 0.2) if m.error() is None)
             if got:
-                with counter.get_lock():
-                    if not counter.value:
-                        first.value = time.monotonic()
-                    counter.value += got
+                _count(counter, span, got, total)
     consumer.close()
 
 
-def _round(kind: str, broker: BrokerProcess, topic: str, group: str, total: int) -> tuple[float, float]:
-    """Read the whole topic with 4 members of `kind`: (records/s, broker CPU s)."""
+def _count(counter, span, got: int, total: int) -> None:
+    """Add a member's `got` records to the group's count, noting the time of the first and of the last."""
+    with counter.get_lock():
+        if not counter.value:
+            span[0] = time.monotonic()
+        counter.value += got
+        if counter.value >= total:
+            span[1] = time.monotonic()
+
+
+def _round(kind: str, broker: BrokerProcess, topic: str, group: str, total: int) -> tuple[float, float, float]:
+    """Read the whole topic with 4 members of `kind`: (records/s, broker CPU s, members' CPU s)."""
     if kind == "share":
         from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
         entry = ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)
@@ -78,16 +83,21 @@ def _round(kind: str, broker: BrokerProcess, topic: str, group: str, total: int)
                 [ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])]).values():
             future.result(60)
     counter = mp.Value("q", 0)
-    first = mp.Value("d", 0.0)
+    # Members leaving (a share member's last long-poll, its close) come after the last record: not counted.
+    span = mp.Array("d", 2)
     cpu_before = _cpu_seconds(broker.proc.pid)
-    members = [mp.Process(target=_member, args=(kind, broker.bootstrap, group, topic, counter, first, total))
+    members_before = os.times()
+    members = [mp.Process(target=_member, args=(kind, broker.bootstrap, group, topic, counter, span, total))
                for _ in range(MEMBERS)]
     for m in members:
         m.start()
     for m in members:
         m.join()
-    elapsed = time.monotonic() - first.value
-    return total / elapsed, _cpu_seconds(broker.proc.pid) - cpu_before
+    elapsed = span[1] - span[0]
+    members_after = os.times()
+    members_cpu = (members_after.children_user + members_after.children_system
+                   - members_before.children_user - members_before.children_system)
+    return total / elapsed, _cpu_seconds(broker.proc.pid) - cpu_before, members_cpu
 
 
 def _produce(bootstrap: str, topic: str, count: int, size: int) -> None:
@@ -105,6 +115,13 @@ def _produce(bootstrap: str, topic: str, count: int, size: int) -> None:
             except BufferError:
                 producer.poll(0.05)
     assert producer.flush(120) == 0
+
+
+def _row(kind: str, result: tuple[float, float, float], count: int) -> str:
+    rate, broker_cpu, members_cpu = result
+    per_million = 1e6 / count
+    return (f"{kind} {rate:>10,.0f} rec/s (CPU per 1M: broker {broker_cpu * per_million:.2f} s, "
+            f"members {members_cpu * per_million:.2f} s)")
 
 
 def main() -> None:
@@ -128,11 +145,8 @@ def main() -> None:
                 result = {kind: _round(kind, broker, topic, f"{kind}-{r}", args.count) for kind in kinds}
                 rows.append(result)
                 ratio = result["share"][0] / result["classic"][0]
-                print(f"round {r + 1}: classic {result['classic'][0]:>10,.0f} rec/s "
-                      f"(broker CPU {result['classic'][1] / args.count * 1e6:.2f} s/1M)  "
-                      f"share {result['share'][0]:>10,.0f} rec/s "
-                      f"(broker CPU {result['share'][1] / args.count * 1e6:.2f} s/1M)  ratio {ratio:.2f}x",
-                      flush=True)
+                cells = "  ".join(_row(kind, result[kind], args.count) for kind in ("classic", "share"))
+                print(f"round {r + 1}: {cells}  ratio {ratio:.2f}x", flush=True)
         finally:
             broker.stop()
     ratios = [row["share"][0] / row["classic"][0] for row in rows]

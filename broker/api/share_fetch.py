@@ -3,8 +3,9 @@
 Behavior:
 - The request moves the member's share session (epoch 0 opens it with the
   partitions named, later epochs add and forget partitions, -1 closes it and
-  releases what the member holds); its acknowledgement batches are applied,
-  and durable, before records are acquired.
+  releases what the member holds); its acknowledgement batches are applied
+  before records are acquired, and both are durable before the answer (one
+  `__share_group_state` write per partition for the two).
 - Records come from every partition of the session, at most about
   MaxRecords in all (whole batches) and MaxBytes; if none can be acquired
   the request waits up to MaxWaitMs for an append or a release on one of
@@ -87,30 +88,30 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     if body.share_session_epoch == FINAL_EPOCH and any(not a.batches for a in partition_acks(body.topics)):
         return answer(ErrorCode.invalid_request, "A final ShareFetch may only acknowledge")
     opened = await coordinate(request, share.open_fetch, group_id, body.member_id or "",
-                              body.share_session_epoch, [a for a in asked if a[0] in readable], forgotten, acks)
+                              body.share_session_epoch, [a for a in asked if a[0] in readable], forgotten, acks,
+                              body.max_records, body.max_bytes)
     if not opened.ok:
         return answer(opened.error, opened.message)
     lock_ms = int(request.broker.group_setting(group_id, "share.record.lock.duration.ms"))
-    fetched: dict[tuple[bytes, int], Acquired | int] = {}
+    fetched: dict[tuple[bytes, int], Acquired | int] = opened.result.acquired
     fetch = opened.result.fetch
-    if fetch and body.max_records > 0:
+    if fetch and body.max_records > 0 and not fetched:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + body.max_wait.total_seconds()
-        parked = False
+        request.waiting()
         while True:
+            remaining = deadline - loop.time()
+            gone = request.gone
+            if remaining <= 0 or request.broker.closing or (gone is not None and gone.done()):
+                break
+            await request.broker.wait_for_appends({(name, p) for _, name, p in fetch}, remaining, gone)
             got = await coordinate(request, share.acquire, group_id, body.member_id, fetch, body.max_records,
                                    body.max_bytes)
             if not got.ok:
                 return answer(got.error, got.message)
             fetched = got.result
-            remaining = deadline - loop.time()
-            gone = request.gone
-            if fetched or remaining <= 0 or request.broker.closing or (gone is not None and gone.done()):
+            if fetched:
                 break
-            if not parked:
-                request.waiting()
-                parked = True
-            await request.broker.wait_for_appends({(name, p) for _, name, p in fetch}, remaining, gone)
     return answer(ErrorCode.none, None, _topics(version, asked, readable, denied_ids, opened.result.acks, fetched))
 
 

@@ -207,39 +207,38 @@ class ShareConsumer:
         wanted = {(tid, p) for tid, _, p in assigned}
         self._access.require(AclOperation.READ, ResourceType.GROUP, (self._group_id,))
         self._access.require(AclOperation.READ, ResourceType.TOPIC, sorted({t for _, t, _ in assigned}))
-        share = self._node.share
         acks, sent = self._ack_batches()
         try:
-            opened = self._open_fetch(wanted, acks)
+            opened = self._open_fetch(wanted, acks, self.settings["max.poll.records"],
+                                      self.settings["fetch.max.bytes"])
         except BaseException:
             self._restore(sent)
             raise
         self._session_epoch = self._next_epoch(self._session_epoch)
         self._session = wanted
         self._acknowledged(sent, opened.acks)
-        if not opened.fetch:
-            return []
-        got = share.acquire(self._group_id, self._member_id, opened.fetch, self.settings["max.poll.records"],
-                            self.settings["fetch.max.bytes"])
         names = {(tid, p): name for tid, name, p in opened.fetch}
         records: list[ShareRecord] = []
-        for key, answer in got.items():
+        for key, answer in opened.acquired.items():
             if isinstance(answer, int):
                 continue   # the partition's error (gone, offline): its records come with a later fetch
             records += self._records(names[key], key[1], answer)
         return records
 
-    def _open_fetch(self, wanted: set[tuple[bytes, int]], acks: list[PartitionAck]) -> OpenedFetch:
-        """The session moved to `wanted` by a ShareFetch carrying `acks`; a session the broker lost is opened
-        again (the acknowledgements with it)."""
+    def _open_fetch(self, wanted: set[tuple[bytes, int]], acks: list[PartitionAck], max_records: int = 0,
+                    max_bytes: int = 0) -> OpenedFetch:
+        """The session moved to `wanted` by a ShareFetch carrying `acks` (and acquiring up to `max_records`);
+        a session the broker lost is opened again (the acknowledgements with it)."""
         share = self._node.share
         try:
             if self._session_epoch != INITIAL_EPOCH:
                 return share.open_fetch(self._group_id, self._member_id, self._session_epoch,
-                                        sorted(wanted - self._session), sorted(self._session - wanted), acks)
+                                        sorted(wanted - self._session), sorted(self._session - wanted), acks,
+                                        max_records, max_bytes)
         except (ShareSessionNotFoundError, InvalidShareSessionEpochError):
             self._session_epoch, self._session = INITIAL_EPOCH, set()
-        return share.open_fetch(self._group_id, self._member_id, INITIAL_EPOCH, sorted(wanted), [], acks)
+        return share.open_fetch(self._group_id, self._member_id, INITIAL_EPOCH, sorted(wanted), [], acks,
+                                max_records, max_bytes)
 
     def _restore(self, sent: Mapping[TopicPartition, Mapping[int, AckType]]) -> None:
         """Put back acknowledgements a failed call did not deliver (newer ones of the same offsets win)."""

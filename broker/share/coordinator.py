@@ -2,9 +2,11 @@
 
 The broker's handlers and the embedded ShareConsumer both drive this object
 (the coordinators never touch sockets). A fetch is two steps so the handler
-can long-poll between them: `open_fetch` moves the session and applies the
-acknowledgements the request carries; `acquire` hands out records and may be
-called again after the handler waited for appends.
+can long-poll between them: `open_fetch` moves the session, applies the
+acknowledgements the request carries and makes a first acquisition; `acquire`
+hands out records again after the handler waited for appends. The first
+acquisition writes each share-partition's acknowledgements and acquisitions
+together: one fsync per partition per fetch, not two.
 """
 from __future__ import annotations
 
@@ -42,6 +44,7 @@ class OpenedFetch:
     fetch: list[tuple[bytes, str, int]]
     acks: dict[SessionPartition, int]
     closing: bool
+    acquired: dict[SessionPartition, Acquired | int]
 
 
 class ShareCoordinator:
@@ -87,21 +90,31 @@ class ShareCoordinator:
         return names.get(topic_id)
 
     def open_fetch(self, group_id: str, member_id: str, epoch: int, topics: Sequence[tuple[bytes, int]],
-                   forgotten: Sequence[tuple[bytes, int]], acks: Sequence[PartitionAck]) -> OpenedFetch:
-        """Move the member's session by a ShareFetch and apply its acknowledgements (durable on return)."""
+                   forgotten: Sequence[tuple[bytes, int]], acks: Sequence[PartitionAck], max_records: int = 0,
+                   max_bytes: int = 0) -> OpenedFetch:
+        """Move the member's session by a ShareFetch, apply its acknowledgements and acquire up to
+        `max_records` (none if 0); all durable on return."""
         if not member_id:
             raise InvalidRequestError("A ShareFetch needs a member id")
         session, closing = self.sessions.fetch(group_id, member_id, epoch, topics, forgotten)
-        acked = self._apply(group_id, member_id, acks)
+        acked, unwritten = self._apply(group_id, member_id, acks, write=False)
+        fetch: list[tuple[bytes, str, int]] = []
+        acquired: dict[SessionPartition, Acquired | int] = {}
         if closing:
             self.partitions.release_member(group_id, member_id)
-            return OpenedFetch([], acked, True)
-        fetch = []
-        for topic_id, partition in list(session.partitions):
-            name = self.topic_name(topic_id)
-            if name is not None:
-                fetch.append((topic_id, name, partition))
-        return OpenedFetch(fetch, acked, False)
+        else:
+            for topic_id, partition in list(session.partitions):
+                name = self.topic_name(topic_id)
+                if name is not None:
+                    fetch.append((topic_id, name, partition))
+            if max_records > 0:
+                acquired = self.acquire(group_id, member_id, fetch, max_records, max_bytes)
+        # What the acquisition did not write already (a no-op for the partitions it did).
+        failed = self.partitions.flush(group_id, [(name, p) for _, name, p in unwritten])
+        for topic_id, name, partition in unwritten:
+            if (name, partition) in failed:
+                acked[(topic_id, partition)] = failed[(name, partition)]
+        return OpenedFetch(fetch, acked, closing, acquired)
 
     def acknowledge(self, group_id: str, member_id: str, epoch: int,
                     acks: Sequence[PartitionAck]) -> dict[SessionPartition, int]:
@@ -109,13 +122,16 @@ class ShareCoordinator:
         if not member_id:
             raise InvalidRequestError("A ShareAcknowledge needs a member id")
         _, closing = self.sessions.acknowledge(group_id, member_id, epoch)
-        acked = self._apply(group_id, member_id, acks)
+        acked, _ = self._apply(group_id, member_id, acks, write=True)
         if closing:
             self.partitions.release_member(group_id, member_id)
         return acked
 
-    def _apply(self, group_id: str, member_id: str, acks: Iterable[PartitionAck]) -> dict[SessionPartition, int]:
+    def _apply(self, group_id: str, member_id: str, acks: Iterable[PartitionAck], *,
+               write: bool) -> tuple[dict[SessionPartition, int], list[tuple[bytes, str, int]]]:
+        """Each acknowledged partition's error code, and the partitions acknowledged (id, name, index)."""
         errors: dict[SessionPartition, int] = {}
+        changed: list[tuple[bytes, str, int]] = []
         for ack in acks:
             if not ack.batches:
                 continue
@@ -124,11 +140,13 @@ class ShareCoordinator:
                 errors[(ack.topic_id, ack.partition)] = UNKNOWN_TOPIC_ID
                 continue
             try:
-                code = self.partitions.acknowledge(group_id, member_id, name, ack.partition, ack.batches)
+                code = self.partitions.acknowledge(group_id, member_id, name, ack.partition, ack.batches,
+                                                   write=write)
+                changed.append((ack.topic_id, name, ack.partition))
             except LogStoreError as exc:
                 code = exc.code
             errors[(ack.topic_id, ack.partition)] = code
-        return errors
+        return errors, changed
 
     def acquire(self, group_id: str, member_id: str, fetch: Sequence[tuple[bytes, str, int]], max_records: int,
                 max_bytes: int) -> dict[SessionPartition, Acquired | int]:

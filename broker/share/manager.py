@@ -25,7 +25,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from logstore.broker.share.partition import SharePartition
-from logstore.broker.share.reads import EMPTY, ShareRead, read_batches
+from logstore.broker.share.reads import EMPTY, read_batches
 from logstore.broker.share.types import AcquiredRange, SharePartitionKey, ShareState
 from logstore.errors import InvalidConfigError, LogStoreError
 
@@ -117,7 +117,8 @@ class SharePartitionManager:
             persisted = ShareState(0, -1, self._initial_offset(group_id, topic, partition), ())
         state = SharePartition(persisted, max_in_flight=self._max_in_flight,
                                delivery_limit=self._setting(group_id, "share.delivery.count.limit"))
-        fresh = _Entry(state, topic)
+        # A state not on disk yet starts as a change to write.
+        fresh = _Entry(state, topic, version=1 if created else 0)
         with self._lock:
             entry = self._entries.setdefault(key, fresh)
         if created and entry is fresh:
@@ -162,26 +163,32 @@ class SharePartitionManager:
                 sp.move_start(partition_log.log_start_offset)
                 changed = True
             ranges: list[AcquiredRange] = []
-            read: ShareRead = EMPTY
+            read = EMPTY
             if sp.can_acquire():
-                read = read_batches(partition_log, sp.next_fetch_offset(), max_bytes, committed)
+                read = read_batches(partition_log, sp.next_fetch_offset(), max_bytes, max_records, committed)
                 if read.spans:
                     ranges = sp.acquire(member_id, read.spans, max_records, lock_ms, now)
                     changed = True
             if changed:
                 entry.version += 1
             deadline = sp.next_deadline()
-        if changed:
-            self._write((group_id, self._store.topic_id(topic), partition), entry)
+        try:
+            # The batches' bytes do not change once appended: read outside the lock.
+            records = read.through(ranges[-1].last_offset) if ranges else b""
+        finally:
+            read.close()
+        # Also a change an acknowledgement left unwritten (acknowledge's `write=False`): one fsync for both.
+        self._write((group_id, self._store.topic_id(topic), partition), entry)
         if deadline is not None:
             self._deadline(deadline)
         if not ranges:
             return NOTHING
-        return Acquired(read.through(ranges[-1].last_offset), ranges)
+        return Acquired(records, ranges)
 
     def acknowledge(self, group_id: str, member_id: str, topic: str, partition: int,
-                    batches: Iterable[tuple[int, int, tuple[int, ...]]]) -> int:
-        """Apply a partition's acknowledgement batches (first, last, types); durable when it returns.
+                    batches: Iterable[tuple[int, int, tuple[int, ...]]], *, write: bool = True) -> int:
+        """Apply a partition's acknowledgement batches (first, last, types); durable when it returns, or
+        with `write=False` once the caller's next `acquire` or `flush` of the partition returns.
 
         The error code of the first batch refused (0 if none); the batches before it stay applied, as
         Kafka applies them one by one.
@@ -202,11 +209,26 @@ class SharePartitionManager:
                 available = available or entry.state.next_fetch_offset() < before
             if changed:
                 entry.version += 1
-        if changed:
+        if changed and write:
             self._write((group_id, self._store.topic_id(topic), partition), entry)
         if available:
             self._on_available([(topic, partition)])
         return error
+
+    def flush(self, group_id: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """Make every change to these share-partitions durable (what `acknowledge(write=False)` left);
+        the error code of each that could not be written."""
+        failed: dict[tuple[str, int], int] = {}
+        for topic, partition in partitions:
+            try:
+                key = (group_id, self._store.topic_id(topic), partition)
+                with self._lock:
+                    entry = self._entries.get(key)
+                if entry is not None:
+                    self._write(key, entry)
+            except LogStoreError as exc:
+                failed[(topic, partition)] = exc.code
+        return failed
 
     def release_member(self, group_id: str, member_id: str) -> None:
         """A member left or its session closed: what it holds is released at once."""
@@ -268,7 +290,7 @@ class SharePartitionManager:
         with entry.write_lock:
             with entry.lock:
                 version = entry.version
-                if version <= entry.written and entry.written:
+                if version <= entry.written:
                     return
                 state = entry.state.state()
             self._states.write(key, state)

@@ -206,7 +206,10 @@ class ShareStateStore:
         if not self._fsync:
             return
         try:
-            target.durable(end).result()
+            # This thread would only wait for the sync pool's: it takes part in the fsync itself.
+            target.flush(end)
+            if target.recovery_point < end:
+                raise StorageError(f"{SHARE_STATE_TOPIC} closed before the write was flushed")
         except Exception as exc:  # noqa: BLE001 - any failed fsync is the same answer to the caller
             raise CoordinatorNotAvailableError(f"{SHARE_STATE_TOPIC} not flushed: {exc}") from exc
 
