@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from functools import cache
+from pathlib import Path
 
 import pytest
 
@@ -60,8 +61,33 @@ def pytest_generate_tests(metafunc):
     metafunc.parametrize("vector_name", names)
 
 
+# The files that take a worker longest (CI's --durations), in that order. `make test` hands whole files to
+# three workers in collection order; one of these started near the end would run alone while the other
+# workers idle, so they go first and the many short files fill in behind them.
+LONGEST_FILES = (
+    "packaging/test_dist_install.py", "readme/test_readme_session.py", "packaging/test_standalone_clone.py",
+    "spark/test_spark_streaming.py", "cli/test_configs_cli.py", "embedded/test_embedded_eos.py",
+    "spark/test_spark_first_use.py", "cli/test_get_offsets_cli.py", "clients/test_many_partitions.py",
+    "clients/test_transaction_recovery.py", "format/test_columnar_headers.py", "cli/test_share_groups_cli.py",
+    "broker/test_transaction_state_machine.py",
+)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Soak tests run only when `-m` names them (`make soak`), so a plain pytest run stays fast."""
+    """Soak tests run only when `-m` names them (`make soak`), so a plain pytest run stays fast; the longest
+    files come first."""
+    rank = {name: i for i, name in enumerate(LONGEST_FILES)}
+    order = {id(item): i for i, item in enumerate(items)}
+    tests_dir = Path(__file__).resolve().parent
+
+    def key(item: pytest.Item) -> tuple[int, int]:
+        try:
+            name = item.path.resolve().relative_to(tests_dir).as_posix()
+        except ValueError:
+            name = ""
+        return rank.get(name, len(LONGEST_FILES)), order[id(item)]
+
+    items.sort(key=key)
     if "soak" in (config.getoption("markexpr") or ""):
         return
     soak = [item for item in items if item.get_closest_marker("soak") is not None]
