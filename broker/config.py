@@ -97,6 +97,8 @@ BROKER_SETTINGS: dict[str, tuple[Any, type]] = {
     "max.connections.per.ip": (2_147_483_647, int),
     "max.connections.per.ip.overrides": ("", str),
     "transaction.max.timeout.ms": (900_000, int),
+    # KIP-939: whether InitProducerId may enable two-phase commit (transactions no timeout aborts).
+    "transaction.two.phase.commit.enable": (False, bool),
     "transaction.state.log.num.partitions": (50, int),
     "transaction.state.log.segment.bytes": (104_857_600, int),
     "transactional.id.expiration.ms": (604_800_000, int),

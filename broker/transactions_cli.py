@@ -73,7 +73,7 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TextIO
 
 from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
@@ -105,6 +105,8 @@ __all__ = ["run", "BrokerError", "UsageError"]
 PROG = "logstore transactions"
 TRANSACTION_KEY = i8(1)
 MAX_BATCH = 500  # partitions per DescribeProducers, as Kafka's tool
+TWO_PHASE_TIMEOUT = timedelta(milliseconds=2_147_483_647)   # KIP-939's mark of a two-phase-commit id
+DEFAULT_TXN_TIMEOUT = timedelta(seconds=60)                  # Kafka's producer transaction.timeout.ms
 FENCE_WAIT_S = 30.0  # how long force-terminate retries while the coordinator aborts the open transaction
 # What InitProducerId answers while the coordinator cannot yet: retried, as Kafka's admin client does.
 RETRIABLE = (ErrorCode.concurrent_transactions, ErrorCode.coordinator_load_in_progress)
@@ -357,8 +359,12 @@ def _force_terminate(client: AdminClient, args: argparse.Namespace, out: TextIO)
     row = _describe_transactions(client, [txn_id]).get(txn_id)
     if row is None:
         raise BrokerError(f"{what}: {error_name(ErrorCode.transactional_id_not_found)}")
-    # The id's own timeout, so the producer that takes the id over next finds it as it was.
+    # The id's own timeout, so the producer that takes the id over next finds it as it was; a
+    # two-phase-commit id's (KIP-939: Integer.MAX_VALUE) is no timeout a plain InitProducerId may ask
+    # for, so it gets the producers' default, and the id is an ordinary one again, as after Kafka's.
     timeout = i32Timedelta.parse(row.transaction_timeout)
+    if timeout >= TWO_PHASE_TIMEOUT:
+        timeout = i32Timedelta.parse(DEFAULT_TXN_TIMEOUT)
     deadline = time.monotonic() + FENCE_WAIT_S
     pause = 0.05
     while True:

@@ -38,7 +38,7 @@ from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
 from logstore.durability import GroupCommit, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
-from logstore.errors import OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
+from logstore.errors import InvalidProducerEpochError, OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
 from logstore.filenames import DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, offset_path, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
@@ -379,10 +379,26 @@ class Log:
 
     def write_txn_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, *,
                          commit: bool, timestamp: int | None = None, leader_epoch: int = 0,
-                         durable: bool = False) -> AppendResult:
-        """End the producer's open transaction with a COMMIT or ABORT marker (what the coordinator writes)."""
+                         durable: bool = False, transaction_version: int = 0) -> AppendResult:
+        """End the producer's open transaction with a COMMIT or ABORT marker (what the coordinator writes).
+
+        A marker of transaction version 2 (KIP-890 part 2) carries the epoch its
+        coordinator bumped when the transaction ended, so it must be above the
+        epoch this partition knows for the producer (INVALID_PRODUCER_EPOCH
+        otherwise, as Kafka's ProducerAppendInfo checks): one at that epoch
+        could end the producer's next transaction.
+        """
         timestamp = int(time.time() * 1000) if timestamp is None else timestamp
         marker = self.format.build_control_batch(commit, coordinator_epoch, producer_id, producer_epoch, timestamp)
+        if transaction_version >= 2:
+            # Checked before the append takes the lock again: a producer's markers come from its one
+            # coordinator, one at a time, so nothing moves its epoch in between.
+            with self._lock:
+                entry = self.producers.entry(producer_id)
+            if entry is not None and producer_epoch <= entry.epoch:
+                raise InvalidProducerEpochError(
+                    f"transaction marker of producer {producer_id} at epoch {producer_epoch} in "
+                    f"{self.topic}-{self.partition}: transaction version 2 needs an epoch above {entry.epoch}")
         return self.append(bytearray(marker), leader_epoch=leader_epoch, client=False, durable=durable)
 
     def producer_entries(self) -> list[ProducerEntry]:

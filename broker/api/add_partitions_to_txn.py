@@ -1,18 +1,31 @@
-"""AddPartitionsToTxn (24), v0-3: put partitions in the producer's transaction.
+"""AddPartitionsToTxn (24), v0-5: put partitions in the producer's transaction.
 
-A request-level error (wrong producer id or epoch, CONCURRENT_TRANSACTIONS
-while markers are being written) is repeated on every partition. If some
-partitions do not exist, those get UNKNOWN_TOPIC_OR_PARTITION and the others
-OPERATION_NOT_ATTEMPTED, and nothing is added. PRODUCER_FENCED is
-INVALID_PRODUCER_EPOCH before v2. v4+ (the broker-to-broker verification
-form of KIP-890) is not advertised: this broker verifies in-process.
+Behavior (v0-3, what producers send):
+- A request-level error (wrong producer id or epoch, CONCURRENT_TRANSACTIONS
+  while markers are being written) is repeated on every partition.
+- If some partitions do not exist, those get UNKNOWN_TOPIC_OR_PARTITION and
+  the others OPERATION_NOT_ATTEMPTED, and nothing is added.
 
-Authorization (Kafka's KafkaApis): WRITE on the TRANSACTIONAL_ID, else
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition; WRITE on each
+Behavior (v4-5, KIP-890's batched form, which Kafka's brokers send each
+other to verify a transactional Produce): it needs CLUSTER_ACTION on the
+CLUSTER, else the whole answer is CLUSTER_AUTHORIZATION_FAILED, as Kafka
+answers a client that sends it. Otherwise each transaction is handled on its
+own: `verify_only` asks which partitions its open transaction holds (NONE,
+or TRANSACTION_ABORTABLE for one it does not), else the partitions are added
+as v0-3 adds them (the coordinator keys the transaction on version 0: only
+Produce v12 and TxnOffsetCommit v5 make a transaction version 2 one).
+
+Version notes: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2; v3 is
+flexible; v5 only adds TRANSACTION_ABORTABLE to what may be answered.
+
+Authorization (Kafka's KafkaApis): WRITE on each TRANSACTIONAL_ID, else
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition of it; WRITE on each
 TOPIC, else its partitions answer TOPIC_AUTHORIZATION_FAILED and the others
 OPERATION_NOT_ATTEMPTED, and nothing is added.
 """
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import (
@@ -29,12 +42,14 @@ from logstore.errors import UnknownTopicOrPartitionError
 
 KEY = 24
 SHAPE = Shape(index=None)
+BATCHED_FROM = 4
+
+Errors = dict[tuple[str, int], ErrorCode]
 
 
-async def _errors(request: Request, body: KioMessage) -> dict[tuple[str, int], ErrorCode]:
-    """Each partition's error (none when all were added)."""
-    topics = body.v3_and_below_topics
-    transactional_id = body.v3_and_below_transactional_id
+async def _errors(request: Request, transactional_id: str, producer_id: int, producer_epoch: int,
+                  topics: Iterable[KioMessage], verify_only: bool = False) -> Errors:
+    """Each partition's error (none when all were added, or are in the transaction for `verify_only`)."""
     refused = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
     checked = each_partition(request, topics, lambda topic, index, asked: None, operation=AclOperation.WRITE,
                              shape=SHAPE, error=refused)
@@ -44,8 +59,14 @@ async def _errors(request: Request, body: KioMessage) -> dict[tuple[str, int], E
             return errors
         return {tp: error or ErrorCode.operation_not_attempted for tp, error in errors.items()}
     asked = list(errors)
+    if verify_only:
+        verified = await coordinate(request, request.broker.transactions.verify_partitions, transactional_id,
+                                    producer_id, producer_epoch, asked)
+        if not verified.ok:
+            return dict.fromkeys(asked, verified.error)
+        return {tp: ErrorCode(code) for tp, code in verified.result.items()}
     outcome = await coordinate(request, request.broker.transactions.add_partitions, transactional_id,
-                               body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, asked)
+                               producer_id, producer_epoch, asked)
     if isinstance(outcome.exc, UnknownTopicOrPartitionError):
         unknown = set(getattr(outcome.exc, "partitions", asked))
         return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted
@@ -53,14 +74,31 @@ async def _errors(request: Request, body: KioMessage) -> dict[tuple[str, int], E
     return dict.fromkeys(asked, outcome.error)
 
 
-@api(KEY, 0, 3)
-async def handle(request: Request, body: KioMessage) -> ResponsePayload:
-    """Add every partition asked, or none."""
-    version = request.version
-    errors = await _errors(request, body)
+def _topic_results(version: int, topics: Iterable[KioMessage], errors: Errors) -> tuple[KioMessage, ...]:
     partition_cls = response_type(KEY, version, "AddPartitionsToTxnPartitionResult")
     topic_cls = response_type(KEY, version, "AddPartitionsToTxnTopicResult")
-    topics = tuple(build(topic_cls, name=name, results_by_partition=tuple(
+    return tuple(build(topic_cls, name=name, results_by_partition=tuple(
         build(partition_cls, partition_index=p, partition_error_code=errors.get((name, p), ErrorCode.none))
-        for p, _ in rows)) for name, rows in distinct_partitions(body.v3_and_below_topics, SHAPE))
-    return build(response_type(KEY, version), throttle_time=ZERO_MS, results_by_topic_v3_and_below=topics)
+        for p, _ in rows)) for name, rows in distinct_partitions(topics, SHAPE))
+
+
+@api(KEY, 0, 5)
+async def handle(request: Request, body: KioMessage) -> ResponsePayload:
+    """Add every partition asked, or none (v4+: per transaction, or verify them)."""
+    version = request.version
+    if version < BATCHED_FROM:
+        errors = await _errors(request, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                               body.v3_and_below_producer_epoch, body.v3_and_below_topics)
+        return build(response_type(KEY, version), throttle_time=ZERO_MS,
+                     results_by_topic_v3_and_below=_topic_results(version, body.v3_and_below_topics, errors))
+    result_cls = response_type(KEY, version, "AddPartitionsToTxnResult")
+    refused = denied(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
+    results = []
+    if not refused:
+        for txn in body.transactions:
+            errors = await _errors(request, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+                                   verify_only=txn.verify_only)
+            results.append(build(result_cls, transactional_id=txn.transactional_id,
+                                 topic_results=_topic_results(version, txn.topics, errors)))
+    return build(response_type(KEY, version), throttle_time=ZERO_MS, error_code=refused,
+                 results_by_transaction=tuple(results))

@@ -1,4 +1,14 @@
-"""ApiVersions (18): the keys and version ranges registered here, nothing else (v0-4).
+"""ApiVersions (18): the keys and version ranges registered here, and the features this broker finalizes (v0-4).
+
+Features (v3+, tagged fields): `transaction.version`, supported 0-2 and
+finalized at 2 as on a Kafka 4 cluster, so a client that reads it may use
+transaction version 2 (KIP-890 part 2: Produce v12 and TxnOffsetCommit v5 add
+their partitions to the transaction, EndTxn v5 bumps the epoch). Clients that
+do not read it stay on version 0 and are served the same: the coordinator
+keys each transaction on the versions its client sends, as Kafka does. As in
+Kafka, v3 leaves out of SupportedFeatures a feature whose lowest version is 0
+(older clients took 0 for "not supported"); the finalized epoch is constant,
+since the features never change on this node.
 
 A version above 4 is answered with a v0 body and UNSUPPORTED_VERSION
 listing this key's range (KIP-511), since its body cannot be decoded: the
@@ -15,6 +25,10 @@ from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, encode_kio,
 
 KEY = 18
 MAX_VERSION = 4
+FEATURES_FROM = 3
+# Kafka's feature name → (lowest supported, highest supported, finalized level).
+FEATURES = {"transaction.version": (0, 2, 2)}
+FINALIZED_EPOCH = 1
 
 
 @cache
@@ -23,7 +37,17 @@ def response_for(version: int, error: ErrorCode = ErrorCode.none) -> ResponsePay
     entry = response_type(KEY, version, "ApiVersion")
     keys = tuple(build(entry, api_key=a.key, min_version=a.min_version, max_version=a.max_version)
                  for a in sorted(REGISTRY.values(), key=lambda a: a.key))
-    return build(response_type(KEY, version), error_code=error, api_keys=keys, throttle_time=ZERO_MS)
+    features = {}
+    if version >= FEATURES_FROM:
+        supported, finalized = response_type(KEY, version, "SupportedFeatureKey"), \
+            response_type(KEY, version, "FinalizedFeatureKey")
+        features = dict(
+            supported_features=tuple(build(supported, name=name, min_version=low, max_version=high)
+                                     for name, (low, high, _) in FEATURES.items() if low > 0 or version >= 4),
+            finalized_features_epoch=FINALIZED_EPOCH,
+            finalized_features=tuple(build(finalized, name=name, min_version_level=level, max_version_level=level)
+                                     for name, (_, _, level) in FEATURES.items()))
+    return build(response_type(KEY, version), error_code=error, api_keys=keys, throttle_time=ZERO_MS, **features)
 
 
 def _too_new(frame: bytes, correlation_id: int) -> PreEncoded:

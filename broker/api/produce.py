@@ -1,4 +1,4 @@
-"""Produce (0): advertised from v0 (librdkafka 2.0 tests Produce v0 before it compresses), v3-10 served.
+"""Produce (0): advertised from v0 (librdkafka 2.0 tests Produce v0 before it compresses), v3-12 served.
 
 Per partition: Kafka's produce rules and producer state come from
 `Log.append` (a retry of one of a producer's last five batches is answered
@@ -27,8 +27,15 @@ from a Kafka leader whose ISR is itself alone; acks=0 and 1 are not held to it.
 A transactional batch is appended only if its partition is in its
 producer's open transaction, checked with the transaction coordinator and
 held against its transitions until written (KIP-890's server-side defence):
-a late write is INVALID_TXN_STATE, one from a fenced epoch
-INVALID_PRODUCER_EPOCH.
+a late write is INVALID_TXN_STATE (TRANSACTION_ABORTABLE from v11, KIP-890,
+as Kafka answers clients that know it), one from a fenced epoch
+INVALID_PRODUCER_EPOCH. v12 is transaction version 2 (KIP-890 part 2): its
+transactional partitions join their producer's transaction first, in one
+coordinator call per producer, as Kafka's AddPartitionsToTxn from the
+produce path (starting a transaction when none is open); a partition that
+cannot join answers the coordinator's error (PRODUCER_FENCED as
+INVALID_PRODUCER_EPOCH, as Kafka answers the produce path) and is not
+appended. v11 only adds TRANSACTION_ABORTABLE; v13 (topic ids) is not served.
 
 The request is handled in three steps: check every partition's batch,
 append those that passed in the request's order, then (acks=-1) wait for
@@ -69,6 +76,7 @@ from logstore.broker.api.kit import (
     ResourceType,
     Shape,
     attempt,
+    coordinate,
     denied,
     each_partition,
     failure,
@@ -76,6 +84,7 @@ from logstore.broker.api.kit import (
     topic_rows,
 )
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
+from logstore.broker.coordinator.txn_metadata import TV_2
 from logstore.broker.protocol import ErrorCode, decode_native_produce
 from logstore.broker.request_time import request_throttle, throttle_field
 from logstore.errors import LogStoreError
@@ -90,6 +99,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KEY = 0
+# Kafka's ProduceRequest: v11 may answer TRANSACTION_ABORTABLE, v12+ is transaction version 2.
+ABORTABLE_FROM, IMPLICIT_ADD_FROM = 11, 12
 
 # What checking one request's batches may cost on the event loop (`AppendInfo.check_cost`: bytes of walking
 # records, a compressed batch's decompressed bytes weighted by its codec, 0.3 ns each here); the rest of the
@@ -104,6 +115,7 @@ _checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="produce-check")
 SHAPE = Shape(partitions="partition_data", index="index")
 FAILED = dict(base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=())
 Appended = tuple["AppendResult", "Log"]   # where a partition's batch landed, and its log (to wait for the fsync)
+Refused = dict[tuple[str, int], Outcome[Never]]   # partitions v12 could not put in their producer's transaction
 
 
 @dataclass
@@ -207,11 +219,13 @@ def _append(request: Request, batch: _Batch, info: AppendInfo, transactional_id:
 
 
 def _appended(request: Request, row: PartitionResult[_Batch], checked: dict[int, AppendInfo | LogStoreError],
-              transactional_id: str | None) -> PartitionResult[Appended]:
+              transactional_id: str | None, refused: Refused) -> PartitionResult[Appended]:
     """A partition's row after the append step: its batch appended, or why not."""
     outcome: Outcome[Appended]
     if not row.outcome.ok:
         outcome = Outcome(None, row.outcome.error, row.outcome.message, row.outcome.exc)
+    elif (row.topic, row.index) in refused:
+        outcome = refused[(row.topic, row.index)]
     else:
         batch = row.outcome.result
         info = batch.info if batch.info is not None else checked[id(batch)]
@@ -219,7 +233,29 @@ def _appended(request: Request, row: PartitionResult[_Batch], checked: dict[int,
             outcome = failure(request, info)
         else:
             outcome = attempt(request, _append, request, batch, info, transactional_id)
+            if outcome.error == ErrorCode.invalid_txn_state and request.version >= ABORTABLE_FROM:
+                outcome = Outcome(None, ErrorCode.transaction_abortable, outcome.message, outcome.exc)
     return PartitionResult(row.topic, row.index, row.asked, outcome)
+
+
+async def _join_transactions(request: Request, transactional_id: str,
+                             prepared: list[tuple[str, list[PartitionResult[_Batch]]]]
+                             ) -> Refused:
+    """v12+: put each transactional batch's partition in its producer's transaction; the refused ones."""
+    by_producer: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for _, rows in prepared:
+        for row in rows:
+            if row.outcome.ok and row.outcome.result.transactional:
+                batch = row.outcome.result
+                by_producer.setdefault((batch.producer_id, batch.producer_epoch), []).append((row.topic, row.index))
+    refused: Refused = {}
+    for (producer_id, producer_epoch), partitions in by_producer.items():
+        added = await coordinate(request, request.broker.transactions.add_partitions, transactional_id,
+                                 producer_id, producer_epoch, partitions, TV_2)
+        if not added.ok:
+            error = ErrorCode.invalid_producer_epoch if added.error == ErrorCode.producer_fenced else added.error
+            refused.update(dict.fromkeys(partitions, Outcome(None, error, added.message, added.exc)))
+    return refused
 
 
 def _answer(request: Request, acks: int,
@@ -230,7 +266,7 @@ def _answer(request: Request, acks: int,
     return prepare
 
 
-@api(KEY, 0, 10, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0)
+@api(KEY, 0, 12, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0)
 async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | None:
     """Check every partition's batch, append those that pass, reply per partition (after the fsync for acks=-1)."""
     broker = request.broker
@@ -250,7 +286,10 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
     if left:
         answers = await asyncio.get_running_loop().run_in_executor(_checks, _check, left)
         checked = {id(batch): answer for batch, answer in zip(left, answers)}
-    results = [(topic, [_appended(request, row, checked, body.transactional_id) for row in rows])
+    refused: Refused = {}
+    if version >= IMPLICIT_ADD_FROM and body.transactional_id is not None:
+        refused = await _join_transactions(request, body.transactional_id, prepared)
+    results = [(topic, [_appended(request, row, checked, body.transactional_id, refused) for row in rows])
                for topic, rows in prepared]
     if broker.metrics is not None:   # metrics.port: records and bytes in per topic, counted once per request
         broker.metrics.produced(results)

@@ -22,8 +22,9 @@ Authorization (Kafka's KafkaApis): CLUSTER_ACTION on the CLUSTER, else
 CLUSTER_AUTHORIZATION_FAILED on every partition.
 
 Version notes: kio has no v0 schema (Kafka 4 serves 1+); v1 is flexible; v2
-adds the marker's transaction version (TV2 markers bump the epoch in the
-producer's next transaction, which the log's epoch check already allows).
+adds the marker's transaction version: a version 2 marker carries the epoch
+its coordinator bumped, so the log refuses one whose epoch is not above the
+producer's there (INVALID_PRODUCER_EPOCH), as Kafka's partitions do.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def _write(broker: BrokerContext, topic: str, index: int, marker: KioMessage) ->
     """One marker into one partition, durable; a `__consumer_offsets` partition's offsets completed."""
     log = broker.store.log(topic, index)
     result = log.write_txn_marker(marker.producer_id, marker.producer_epoch, marker.coordinator_epoch,
-                                  commit=marker.transaction_result)
+                                  commit=marker.transaction_result,
+                                  transaction_version=getattr(marker, "transaction_version", 0))
     log.durable(result.last_offset + 1).result()
     if topic == OFFSETS_TOPIC:
         broker.groups.complete_txn_offsets(index, marker.producer_id, marker.transaction_result)

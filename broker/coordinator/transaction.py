@@ -51,6 +51,9 @@ from logstore.broker.coordinator.txn_metadata import (
     EPOCH_EXHAUSTED,
     MAX_EPOCH,
     PREPARED,
+    TV_0,
+    TV_2,
+    TWO_PHASE_TIMEOUT_MS,
     TxnMetadata,
     completed,
 )
@@ -73,6 +76,9 @@ if TYPE_CHECKING:
 
 __all__ = ["COORDINATOR_EPOCH", "EPOCH_EXHAUSTED", "INTERNAL_TOPICS", "MAX_EPOCH", "OFFSETS_TOPIC", "TXN_STATE_TOPIC",
            "TransactionCoordinator", "TxnConfig", "TxnMetadata"]
+
+
+TRANSACTION_ABORTABLE = 120  # Kafka's code for a partition a transaction does not hold (KIP-890)
 
 
 def _now_ms() -> int:
@@ -156,11 +162,32 @@ class TransactionCoordinator:
         """
         if transactional_id is None:
             return self._allocate(), 0
+        pid, epoch, _, _ = self.init_two_phase(transactional_id, timeout_ms, producer_id, producer_epoch)
+        return pid, epoch
+
+    def init_two_phase(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                       producer_epoch: int = -1, enable_2pc: bool = False,
+                       keep_prepared: bool = False) -> tuple[int, int, int, int]:
+        """InitProducerId v6 (KIP-939): (producer id, epoch, ongoing producer id, ongoing epoch).
+
+        `enable_2pc` makes the id's transactions two-phase-commit ones: their
+        timeout is Integer.MAX_VALUE, persisted with them, and the timeout
+        sweep never aborts them (the caller checked that the broker allows it
+        and the principal may). `keep_prepared` keeps such a transaction open
+        instead of aborting it: the epoch is bumped (fencing the instance that
+        wrote it) and the transaction's own producer id and epoch are answered
+        as the ongoing ones, so the new instance can end it with EndTxn. The
+        ongoing id and epoch are -1 when nothing was kept.
+        """
         _check_id(transactional_id)
-        if not 0 < timeout_ms <= self.config.max_timeout_ms:
+        if enable_2pc:
+            timeout_ms = TWO_PHASE_TIMEOUT_MS
+        elif not 0 < timeout_ms <= self.config.max_timeout_ms:
             raise InvalidTransactionTimeoutError(
                 f"transaction timeout {timeout_ms} ms is not in 1..{self.config.max_timeout_ms} "
                 "(transaction.max.timeout.ms)")
+        if keep_prepared and not enable_2pc:
+            raise InvalidRequestError("keepPreparedTxn needs enable2Pc: only a two-phase-commit transaction is kept")
         self.ensure_state_topic()
         expected = (producer_id, producer_epoch) if producer_id >= 0 else None
         now = self._clock()
@@ -170,7 +197,8 @@ class TransactionCoordinator:
                 meta = TxnMetadata(transactional_id, self._allocate(), -1, timeout_ms, TxnState.EMPTY,
                                    last_update_ms=now)
                 self._state.add(meta)
-            transit = self._init_transit(meta, timeout_ms, expected, now)
+            ongoing = (meta.producer_id, meta.producer_epoch)
+            transit = self._init_transit(meta, timeout_ms, expected, now, keep_prepared)
             meta.pending = transit.state
         if transit.state == TxnState.PREPARE_EPOCH_FENCE:
             self._completer.fence_and_abort(meta, transit)
@@ -178,10 +206,12 @@ class TransactionCoordinator:
                 f"transactional id {transactional_id!r}: its open transaction was aborted to fence the "
                 "previous producer; retry")
         self._state.persist(meta, transit)
-        return transit.producer_id, transit.producer_epoch
+        if transit.state != TxnState.ONGOING:
+            ongoing = (-1, -1)
+        return transit.producer_id, transit.producer_epoch, ongoing[0], ongoing[1]
 
     def _init_transit(self, meta: TxnMetadata, timeout_ms: int, expected: tuple[int, int] | None,
-                      now: int) -> TxnMetadata:
+                      now: int, keep_prepared: bool = False) -> TxnMetadata:
         if meta.pending is not None:
             raise ConcurrentTransactionsError(f"transactional id {meta.transactional_id!r} is changing state")
         if expected is not None and not (
@@ -190,6 +220,13 @@ class TransactionCoordinator:
             raise ProducerFencedError(f"producer {expected[0]} no longer holds {meta.transactional_id!r}")
         if meta.state in PREPARED:
             raise ConcurrentTransactionsError(f"transactional id {meta.transactional_id!r} is ending a transaction")
+        if meta.state == TxnState.ONGOING and keep_prepared:
+            if not meta.two_phase:
+                raise InvalidTxnStateError(f"the open transaction of {meta.transactional_id!r} is not a "
+                                           "two-phase-commit one: it cannot be kept")
+            # KIP-939: the transaction stays open for this instance to end; the bump fences the one that wrote it.
+            return meta.transit(producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+                                last_producer_epoch=meta.producer_epoch, last_update_ms=now)
         if meta.state == TxnState.ONGOING:
             # The bumped epoch goes into the abort's markers, which fences the old producer
             # in every partition; the caller's retry bumps once more.
@@ -214,8 +251,12 @@ class TransactionCoordinator:
         raise ProducerFencedError(f"epoch {expected[1]} of producer {expected[0]} has been fenced")
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[tuple[str, int]]) -> None:
-        """AddPartitionsToTxn: put partitions in the producer's transaction, opening it if none is."""
+                       partitions: Iterable[tuple[str, int]], client_version: int = TV_0) -> None:
+        """AddPartitionsToTxn: put partitions in the producer's transaction, opening it if none is.
+
+        `client_version` TV_2 is the implicit add of a Produce v12+ or a
+        TxnOffsetCommit v5+: the transaction then ends with an epoch bump.
+        """
         _check_id(transactional_id)
         partitions = frozenset(partitions)
         topics = self.store.topics()
@@ -232,34 +273,68 @@ class TransactionCoordinator:
             if meta.state == TxnState.ONGOING:
                 if partitions <= meta.partitions:
                     return
-                transit = meta.transit(partitions=meta.partitions | partitions, last_update_ms=now)
+                transit = meta.transit(partitions=meta.partitions | partitions, last_update_ms=now,
+                                       client_version=client_version)
             elif meta.state in ENDED:
                 transit = meta.transit(state=TxnState.ONGOING, partitions=partitions, start_ms=now,
-                                       last_update_ms=now)
+                                       last_update_ms=now, client_version=client_version)
             else:
                 raise AssertionError(f"transactional id {transactional_id!r} is {meta.state.kafka_name}")
             meta.pending = transit.state
         self._state.persist(meta, transit)
 
-    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
-        """AddOffsetsToTxn: put the group's `__consumer_offsets` partition in the transaction."""
-        _check_id(transactional_id)
-        self.add_partitions(transactional_id, producer_id, producer_epoch, [self.offsets_partition(group_id)])
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """AddPartitionsToTxn v4+ with VerifyOnly: which partitions are in the producer's open transaction.
 
-    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: commit or abort the open transaction; returns once its markers are written."""
+        Kafka's codes: NONE for a partition in it, TRANSACTION_ABORTABLE for one
+        that is not; the request's own error (INVALID_PRODUCER_ID_MAPPING,
+        PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while it ends) raised instead.
+        """
         _check_id(transactional_id)
+        with self._state.lock:
+            meta = self._state.txns.get(transactional_id)
+            if meta is None or meta.producer_id != producer_id:
+                raise InvalidProducerIdMappingError(
+                    f"producer {producer_id} does not hold transactional id {transactional_id!r}")
+            if meta.producer_epoch != producer_epoch:
+                raise ProducerFencedError(f"epoch {producer_epoch} of producer {producer_id} is not the current "
+                                          f"epoch {meta.producer_epoch} of {transactional_id!r}")
+            if meta.state in PREPARED:
+                raise ConcurrentTransactionsError(f"transactional id {transactional_id!r} is ending a transaction")
+            return {tp: 0 if tp in meta.partitions else TRANSACTION_ABORTABLE for tp in partitions}
+
+    def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str,
+                    client_version: int = TV_0) -> None:
+        """AddOffsetsToTxn (or TxnOffsetCommit v5's implicit add, TV_2): put the group's `__consumer_offsets`
+        partition in the transaction."""
+        _check_id(transactional_id)
+        self.add_partitions(transactional_id, producer_id, producer_epoch, [self.offsets_partition(group_id)],
+                            client_version)
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                        client_version: int = TV_0) -> tuple[int, int]:
+        """EndTxn: commit or abort the open transaction; returns once its markers are written.
+
+        With TV_2 (EndTxn v5+) the Prepare state carries the epoch bumped by
+        one, the markers are written with it, and the answer is the producer
+        id and epoch the producer goes on with (a new id at epoch 0 once the
+        epoch is exhausted); with TV_0 it is (-1, -1), as Kafka answers.
+        """
+        _check_id(transactional_id)
+        if client_version >= TV_2:
+            return self._end_transaction_v2(transactional_id, producer_id, producer_epoch, commit)
         now = self._clock()
         wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         with self._state.lock:
             meta = self._member(transactional_id, producer_id, producer_epoch)
             state = meta.state
             if state == TxnState.ONGOING:
-                transit = meta.transit(state=wanted, last_update_ms=now)
+                transit = meta.transit(state=wanted, last_update_ms=now, client_version=TV_0)
                 meta.pending = wanted
             elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT) and commit == (
                     state == TxnState.COMPLETE_COMMIT):
-                return  # a retry of an EndTxn that succeeded
+                return -1, -1  # a retry of an EndTxn that succeeded
             elif state == wanted:
                 raise ConcurrentTransactionsError(f"transactional id {transactional_id!r} is ending a transaction")
             else:
@@ -267,6 +342,66 @@ class TransactionCoordinator:
                                            f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
         self._state.persist(meta, transit, then=completed(wanted))
         self._completer.complete(meta, claimed=True)
+        return -1, -1
+
+    def _end_transaction_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                            commit: bool) -> tuple[int, int]:
+        """EndTxn under TV_2 (Kafka's endTransaction for clients that bump the epoch per transaction).
+
+        A retry is told apart by its epoch, one below the bumped one (or the
+        exhausted epoch of the previous producer id): it is answered with the
+        current id and epoch. Abort is allowed with nothing in the transaction
+        (Empty or Complete: an epoch bump and markers nowhere); commit is not.
+        """
+        now = self._clock()
+        with self._state.lock:
+            meta = self._state.txns.get(transactional_id)
+            if meta is None:
+                raise InvalidProducerIdMappingError(
+                    f"producer {producer_id} does not hold transactional id {transactional_id!r}")
+            state = meta.state
+            retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == EPOCH_EXHAUSTED
+                                 and meta.producer_epoch == 0)
+            retry_on_bump = meta.producer_epoch == producer_epoch + 1
+            if meta.producer_id != producer_id and not retry_on_overflow:
+                raise InvalidProducerIdMappingError(
+                    f"producer {producer_id} does not hold transactional id {transactional_id!r}")
+            if state in PREPARED:
+                valid = retry_on_bump
+            elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+                valid = retry_on_bump or retry_on_overflow or producer_epoch == meta.producer_epoch
+            else:
+                valid = producer_epoch == meta.producer_epoch
+            if not valid:
+                raise ProducerFencedError(f"epoch {producer_epoch} of producer {producer_id} is not the current "
+                                          f"epoch {meta.producer_epoch} of {transactional_id!r}")
+            if meta.pending is not None:
+                raise ConcurrentTransactionsError(f"transactional id {transactional_id!r} is changing state")
+            retry = retry_on_bump or retry_on_overflow
+            wanted = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            if state == TxnState.ONGOING:
+                transit = self._bumped(meta, wanted, now, empty=False)
+            elif state == (TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT) and retry:
+                return meta.producer_id, meta.producer_epoch
+            elif not commit and not retry and state in ENDED:
+                transit = self._bumped(meta, wanted, now, empty=True)
+            elif state == wanted:
+                raise ConcurrentTransactionsError(f"transactional id {transactional_id!r} is ending a transaction")
+            else:
+                raise InvalidTxnStateError(f"transactional id {transactional_id!r} cannot "
+                                           f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
+            meta.pending = wanted
+        self._state.persist(meta, transit, then=completed(wanted))
+        self._completer.complete(meta, claimed=True)
+        return _continued(transit)
+
+    def _bumped(self, meta: TxnMetadata, wanted: TxnState, now: int, empty: bool) -> TxnMetadata:
+        """The Prepare state of a TV_2 end: the epoch one higher (the markers carry it), and a next
+        producer id if the current one's epochs are exhausted (called under the lock)."""
+        next_id = self._allocate() if meta.producer_epoch >= EPOCH_EXHAUSTED else -1
+        return meta.transit(state=wanted, producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+                            last_producer_epoch=meta.producer_epoch, next_producer_id=next_id,
+                            client_version=TV_2, start_ms=now if empty else meta.start_ms, last_update_ms=now)
 
     def _member(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
         """The id's metadata if this producer holds it now (called under the lock)."""
@@ -330,6 +465,13 @@ class TransactionCoordinator:
         """Copies of every id's metadata, sorted by id."""
         with self._state.lock:
             return [dataclasses.replace(self._state.txns[t]) for t in sorted(self._state.txns)]
+
+
+def _continued(prepared: TxnMetadata) -> tuple[int, int]:
+    """The producer id and epoch a TV_2 producer goes on with once `prepared` completes."""
+    if prepared.next_producer_id >= 0:
+        return prepared.next_producer_id, 0
+    return prepared.producer_id, prepared.producer_epoch
 
 
 def _check_id(transactional_id: str | None) -> None:

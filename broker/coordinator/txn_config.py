@@ -17,6 +17,7 @@ class TxnConfig:
     max_timeout_ms: int = 900_000         # transaction.max.timeout.ms
     id_expiration_ms: int = 604_800_000   # transactional.id.expiration.ms
     fsync: bool = True                    # logstore.acks.all.fsync: transitions and markers fsynced
+    two_phase_commit: bool = False        # transaction.two.phase.commit.enable (KIP-939)
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> TxnConfig:
@@ -27,5 +28,6 @@ class TxnConfig:
                  "offsets.topic.segment.bytes": "offsets_segment_bytes",
                  "transaction.max.timeout.ms": "max_timeout_ms",
                  "transactional.id.expiration.ms": "id_expiration_ms",
-                 "logstore.acks.all.fsync": "fsync"}
+                 "logstore.acks.all.fsync": "fsync",
+                 "transaction.two.phase.commit.enable": "two_phase_commit"}
         return cls(**{field: settings[name] for name, field in names.items() if name in settings})

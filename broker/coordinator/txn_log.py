@@ -1,9 +1,11 @@
 """`__transaction_state` records: Kafka's TransactionLogKey and TransactionLogValue (spec §9.4).
 
-Key v0 is the transactional id. Value v0 (plain) is what Kafka writes before
-`transaction.version` 1 and what this coordinator writes; v1 (flexible, with
-tagged previous/next producer ids and the client's transaction version) is
-read too. A null value is the tombstone of an expired transactional id. The
+Key v0 is the transactional id. Value v1 (flexible, with tagged
+previous/next producer ids and the client's transaction version, each
+written only when it is not its default) is what Kafka 4 writes once
+`transaction.version` 1 or above is finalized, and what this coordinator
+writes (it finalizes 2); v0 (plain), what older brokers wrote, is read too.
+A null value is the tombstone of an expired transactional id. The
 partitions array is null in state Empty.
 """
 from __future__ import annotations
@@ -16,7 +18,7 @@ from logstore.broker.coordinator.records import Reader, Writer
 from logstore.errors import CorruptRecordError
 
 KEY_VERSION = 0
-VALUE_VERSION = 0
+VALUE_VERSION = 1
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
 
@@ -79,22 +81,36 @@ def decode_key(data: bytes) -> str:
     return transactional_id
 
 
-def encode_value(value: TxnLogValue) -> bytes:
-    """TransactionLogValue v0, as Kafka writes it with transaction.version 0."""
-    w = Writer().int(2, VALUE_VERSION)
+def encode_value(value: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
+    """TransactionLogValue at `version`: 1 (flexible, Kafka with transaction.version 1+) or 0."""
+    flexible = version >= 1
+    w = Writer().int(2, version)
     w.int(8, value.producer_id).int(2, value.producer_epoch).int(4, value.timeout_ms).int(1, int(value.state))
     if value.state == TxnState.EMPTY:
-        w.array_header(False, None)
+        w.array_header(flexible, None)
     else:
         by_topic: dict[str, list[int]] = {}
         for topic, partition in sorted(value.partitions):
             by_topic.setdefault(topic, []).append(partition)
-        w.array_header(False, len(by_topic))
+        w.array_header(flexible, len(by_topic))
         for topic, partitions in by_topic.items():
-            w.string(False, topic).array_header(False, len(partitions))
+            w.string(flexible, topic).array_header(flexible, len(partitions))
             for p in partitions:
                 w.int(4, p)
-    return w.int(8, value.last_update_ms).int(8, value.start_ms).getvalue()
+            if flexible:
+                w.tagged_fields()
+    w.int(8, value.last_update_ms).int(8, value.start_ms)
+    if flexible:
+        # Kafka's generated writers leave out a tagged field that holds its default.
+        tags = {}
+        if value.previous_producer_id != -1:
+            tags[0] = _I64.pack(value.previous_producer_id)
+        if value.next_producer_id != -1:
+            tags[1] = _I64.pack(value.next_producer_id)
+        if value.client_transaction_version != 0:
+            tags[2] = _I16.pack(value.client_transaction_version)
+        w.tagged_fields(tags)
+    return w.getvalue()
 
 
 def decode_value(data: bytes) -> TxnLogValue:

@@ -22,6 +22,7 @@ from logstore.broker.coordinator.txn_state_store import TxnStateStore
 from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
+    from logstore.log import Log
     from logstore.manager import LogManager
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ class TxnMarkerWriter:
                     target = self._store.log(topic, partition)
                 except UnknownTopicOrPartitionError:
                     continue  # deleted since it joined the transaction: nothing left to end
+                if meta.epoch_bumping and _already_ended(target, meta):
+                    continue
                 result = target.write_txn_marker(meta.producer_id, meta.producer_epoch, COORDINATOR_EPOCH,
-                                                 commit=commit)
+                                                 commit=commit, transaction_version=meta.client_version)
                 if self._fsync:
                     waits.append(target.durable(result.last_offset + 1))
             for wait in waits:
@@ -63,6 +66,23 @@ class TxnMarkerWriter:
         finally:
             if waits or meta.partitions:
                 self._on_markers(sorted(meta.partitions))
+
+
+def _already_ended(target: Log, meta: TxnMetadata) -> bool:
+    """A TV_2 marker this partition already holds (a redo after a crash): the producer is at the marker's
+    bumped epoch with no transaction open, and the log would refuse a second marker at that epoch."""
+    entry = target.producers.entry(meta.producer_id)
+    return entry is not None and entry.epoch == meta.producer_epoch and entry.txn_first_offset < 0
+
+
+def _completion(prepared: TxnMetadata, done: TxnState, now: int) -> TxnMetadata:
+    """The Complete state after `prepared`'s markers: under TV_2, a prepared next producer id becomes
+    the id at epoch 0, the exhausted one its previous id (Kafka's prepareComplete)."""
+    if prepared.epoch_bumping and prepared.next_producer_id >= 0:
+        return prepared.transit(state=done, partitions=frozenset(), last_update_ms=now,
+                                producer_id=prepared.next_producer_id, producer_epoch=0,
+                                previous_producer_id=prepared.producer_id, next_producer_id=-1)
+    return prepared.transit(state=done, partitions=frozenset(), last_update_ms=now, next_producer_id=-1)
 
 
 class TxnCompleter:
@@ -100,8 +120,7 @@ class TxnCompleter:
         try:
             self._markers.write(current, commit)
             # Not fsynced: lost, it is redone from the Prepare state; the id's next transition is fsynced after it.
-            self._state.persist(meta, current.transit(state=done, partitions=frozenset(),
-                                                      last_update_ms=self._clock()), durable=False)
+            self._state.persist(meta, _completion(current, done, self._clock()), durable=False)
             return True
         except LogStoreError as exc:
             with self._state.lock:

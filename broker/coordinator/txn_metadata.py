@@ -13,7 +13,13 @@ COORDINATOR_EPOCH = 0
 EPOCH_EXHAUSTED = 32766
 MAX_EPOCH = 32767
 PREPARED = (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT)
+# Kafka's transaction versions (the `transaction.version` feature): TV_2 (KIP-890 part 2) bumps the
+# epoch at the end of every transaction, and its partitions join through Produce and TxnOffsetCommit.
+TV_0, TV_2 = 0, 2
 ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
+# KIP-939: a two-phase-commit transaction is one whose timeout is Integer.MAX_VALUE (Kafka's
+# isDistributedTwoPhaseCommitTxn): persisted in the record's timeout, never aborted by a timeout.
+TWO_PHASE_TIMEOUT_MS = 2_147_483_647
 
 
 @dataclass
@@ -32,6 +38,10 @@ class TxnMetadata:
     # (KIP-360: a retried InitProducerId is answered, not fenced).
     previous_producer_id: int = -1
     last_producer_epoch: int = -1
+    # TV_2: the producer id the Complete state moves to when ending this transaction exhausts the epoch.
+    next_producer_id: int = -1
+    # The transaction version of the client's last transition (Kafka's ClientTransactionVersion).
+    client_version: int = TV_0
     pending: TxnState | None = None
 
     def transit(self, **changes: Any) -> TxnMetadata:
@@ -41,13 +51,25 @@ class TxnMetadata:
     def log_value(self) -> TxnLogValue:
         """The record that persists this metadata."""
         return TxnLogValue(self.producer_id, self.producer_epoch, self.timeout_ms, self.state, self.partitions,
-                           self.last_update_ms, self.start_ms)
+                           self.last_update_ms, self.start_ms, self.previous_producer_id, self.next_producer_id,
+                           self.client_version)
 
     @classmethod
     def from_log(cls, transactional_id: str, value: TxnLogValue) -> TxnMetadata:
         """The metadata a persisted record describes."""
         return cls(transactional_id, value.producer_id, value.producer_epoch, value.timeout_ms, value.state,
-                   value.partitions, value.start_ms, value.last_update_ms, value.previous_producer_id)
+                   value.partitions, value.start_ms, value.last_update_ms, value.previous_producer_id,
+                   next_producer_id=value.next_producer_id, client_version=value.client_transaction_version)
+
+    @property
+    def two_phase(self) -> bool:
+        """Whether this is a KIP-939 two-phase-commit transaction (only its client or an operator ends it)."""
+        return self.timeout_ms == TWO_PHASE_TIMEOUT_MS
+
+    @property
+    def epoch_bumping(self) -> bool:
+        """Whether the last transition came from a TV_2 client: its transaction ends with an epoch bump."""
+        return self.client_version >= TV_2
 
 
 def completed(prepared: TxnState) -> TxnState:

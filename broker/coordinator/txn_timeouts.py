@@ -32,7 +32,9 @@ class TxnTimeouts:
         fences: list[tuple[TxnMetadata, TxnMetadata]] = []
         with self._state.lock:
             for meta in self._state.txns.values():
-                if meta.state == TxnState.ONGOING and meta.pending is None and meta.start_ms + meta.timeout_ms < now:
+                # KIP-939: a two-phase-commit transaction waits for its decision however long it takes.
+                if (meta.state == TxnState.ONGOING and meta.pending is None and not meta.two_phase
+                        and meta.start_ms + meta.timeout_ms < now):
                     fence = meta.transit(state=TxnState.PREPARE_EPOCH_FENCE,
                                          producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
                                          last_producer_epoch=-1)

@@ -2,7 +2,10 @@
 
 Two producer instances share one transactional id; hypothesis interleaves
 their inits, partition adds, transactional writes and ends with timeout
-sweeps and restarts (a new coordinator over the reopened store). The model
+sweeps and restarts (a new coordinator over the reopened store). Adds and
+ends come at transaction version 0 or 2 (KIP-890 part 2: an add from
+Produce v12, an EndTxn v5 that bumps the epoch, answers a retry one epoch
+behind with the current epoch, and aborts with nothing open). The model
 says which calls must succeed and what read_committed must then show in
 every partition; the partitions are read back after each step.
 """
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from logstore.broker.coordinator.transaction import TransactionCoordinator, TxnConfig
+from logstore.broker.coordinator.txn_metadata import TV_0, TV_2
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -87,12 +91,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.sequences[(instance, p)] = 0
 
     @precondition(lambda self: self.held)
-    @rule(instance=INSTANCES, partitions=PARTITION_SETS)
-    def add(self, instance, partitions):
+    @rule(instance=INSTANCES, partitions=PARTITION_SETS, version=st.sampled_from([TV_0, TV_2]))
+    def add(self, instance, partitions, version):
         if instance not in self.held:
             return
         pid, epoch = self.held[instance]
-        call = lambda: self.coordinator.add_partitions(TXN, pid, epoch, [("t", p) for p in partitions])  # noqa: E731
+        call = lambda: self.coordinator.add_partitions(TXN, pid, epoch, [("t", p) for p in partitions],  # noqa: E731
+                                                       version)
         if instance != self.holder:
             with pytest.raises(ProducerFencedError):
                 call()
@@ -145,6 +150,45 @@ class CoordinatorMachine(RuleBasedStateMachine):
                 self._abort_in_model()
         elif self.state == ("committed" if commit else "aborted"):
             call()  # a retry: answered again, nothing written
+        else:
+            with pytest.raises(InvalidTxnStateError):
+                call()
+
+    def _bump(self, instance, answer):
+        """A TV_2 end moved `instance` to the next epoch: its sequences start again."""
+        self.epoch += 1
+        assert answer == (self.held[instance][0], self.epoch)
+        self.held[instance] = answer
+        for p in range(PARTITIONS):
+            self.sequences[(instance, p)] = 0
+
+    @precondition(lambda self: self.held)
+    @rule(instance=INSTANCES, commit=st.booleans())
+    def end_v2(self, instance, commit):
+        if instance not in self.held:
+            return
+        pid, epoch = self.held[instance]
+        call = lambda: self.coordinator.end_transaction(TXN, pid, epoch, commit, TV_2)  # noqa: E731
+        ended = self.state in ("committed", "aborted")
+        retry = ended and epoch == self.epoch - 1
+        if epoch != self.epoch and not retry:
+            with pytest.raises(ProducerFencedError):
+                call()
+        elif self.state == "ongoing":
+            answer = call()
+            if commit:
+                for p in range(PARTITIONS):
+                    self.committed[p] += self.pending[p]
+                self.pending = {p: [] for p in range(PARTITIONS)}
+                self.state, self.partitions = "committed", set()
+            else:
+                self._abort_in_model()
+            self._bump(instance, answer)
+        elif retry and self.state == ("committed" if commit else "aborted"):
+            assert call() == (pid, self.epoch)   # a retry: the answer it lost, nothing written
+        elif not commit and not retry:
+            self._bump(instance, call())         # an abort with nothing open: a bump, no marker
+            self.state = "aborted"
         else:
             with pytest.raises(InvalidTxnStateError):
                 call()

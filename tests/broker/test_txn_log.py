@@ -33,15 +33,31 @@ def test_key_v0_is_the_version_then_the_id():
 
 
 def test_value_v0_has_kafkas_layout():
-    assert encode_value(ONGOING) == ONGOING_V0
+    assert encode_value(ONGOING, version=0) == ONGOING_V0
     assert decode_value(ONGOING_V0) == ONGOING
+
+
+def test_value_v1_is_written_with_only_the_tags_that_are_not_their_default():
+    # Flexible: compact array/string lengths (n + 1), a tag section per partition entry and at the end.
+    assert encode_value(ONGOING) == bytes.fromhex(
+        "0001" "00000000000003e8" "0002" "0000ea60" "01"
+        "02" "02" "74" "03" "00000000" "00000002" "00"
+        "0000000000000005" "0000000000000004" "00")
+    bumped = TxnLogValue(1000, 2, 60000, TxnState.PREPARE_COMMIT, ONGOING.partitions, 5, 4,
+                         previous_producer_id=-1, next_producer_id=1001, client_transaction_version=2)
+    data = encode_value(bumped)
+    assert data.endswith(bytes.fromhex("02" "01" "08" "00000000000003e9" "02" "02" "0002"))
+    assert decode_value(data) == bumped
 
 
 def test_empty_state_writes_a_null_partition_array():
     value = TxnLogValue(7, 0, 1000, TxnState.EMPTY, frozenset(), 9, -1)
-    data = encode_value(value)
+    data = encode_value(value, version=0)
     assert data[17:21] == bytes.fromhex("ffffffff")
     assert decode_value(data) == value
+    flexible = encode_value(value)
+    assert flexible[17:18] == b"\x00"  # compact: null is a length of 0
+    assert decode_value(flexible) == value
 
 
 def test_value_v1_is_flexible_with_tagged_producer_ids_and_client_version():
@@ -76,11 +92,14 @@ partitions = st.frozensets(st.tuples(st.text(min_size=1, max_size=20), st.intege
 
 @given(st.integers(-1, 2**63 - 1), st.integers(-1, 32767), st.integers(1, 2**31 - 1),
        st.sampled_from([s for s in TxnState if s not in (TxnState.DEAD, TxnState.PREPARE_EPOCH_FENCE)]),
-       partitions, st.integers(-1, 2**62), st.integers(-1, 2**62))
-def test_values_round_trip(pid, epoch, timeout, state, parts, updated, started):
+       partitions, st.integers(-1, 2**62), st.integers(-1, 2**62), st.integers(-1, 2**63 - 1),
+       st.integers(-1, 2**63 - 1), st.sampled_from([0, 1, 2]), st.sampled_from([0, 1]))
+def test_values_round_trip(pid, epoch, timeout, state, parts, updated, started, previous, following, client,
+                           version):
     parts = frozenset() if state == TxnState.EMPTY else parts
-    value = TxnLogValue(pid, epoch, timeout, state, parts, updated, started)
-    assert decode_value(encode_value(value)) == value
+    tags = dict(previous_producer_id=previous, next_producer_id=following, client_transaction_version=client)
+    value = TxnLogValue(pid, epoch, timeout, state, parts, updated, started, **(tags if version else {}))
+    assert decode_value(encode_value(value, version)) == value
 
 
 @given(st.text(max_size=50))

@@ -271,7 +271,7 @@ def test_transaction_log_names_the_producer_of_the_data(broker_dir):
     assert prepare["transactionPartitions"] == [{"topic": TOPIC, "partitionIds": [0, 1]}]
     assert prepare["producerEpoch"] == epoch
     text = run_dump("--transaction-log-decoder", *segments(data_dir / "__transaction_state-0")).stdout
-    assert f' key: {{"type":"0","data":{{"transactionalId":"{TXN_ID}"}}}} payload: {{"version":"0","data":' \
+    assert f' key: {{"type":"0","data":{{"transactionalId":"{TXN_ID}"}}}} payload: {{"version":"1","data":' \
            f'{{"producerId":{pid},"producerEpoch":{epoch},' in text
 
 

@@ -113,7 +113,8 @@ class _Reader:
         if flexible:
             for _ in range(self.uvarint()):
                 self.uvarint()
-                self.pos += self.uvarint()
+                size = self.uvarint()   # read before `pos` is: `self.pos += self.uvarint()` loses the advance
+                self.pos += size
 
 
 def _decode_txn_value(offset: int, value: bytes) -> TxnStateRecord:
