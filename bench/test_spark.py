@@ -51,7 +51,7 @@ seconds: few rounds, one warmup round each):
    the selected offsets.
 3. read-task (information): one full-scan task range (the first planned:
    one 128 MiB segment) read in this process, no Spark: `PartitionScan.
-   read_arrow(timestamp_types=True)` + `to_spark_batch`, as a Spark task
+   read_arrow(timestamp_types=True, timestamp_micros=True)` + `to_spark_batch`, as a Spark task
    runs it, plus one run under cProfile whose top functions go into the JSON.
    Beside it, "spark-arrow-floor": a Python data source that yields one
    decoded batch of that range over and over, as many rows per task as the
@@ -416,7 +416,7 @@ def test_filter(benchmark, spark, data, column, side):
 def read_task(task: TaskRange) -> int:
     """What a Spark task of the source does with its range, minus handing the batches to Spark; rows read."""
     rows = 0
-    for batch in task.scan.read_arrow(timestamp_types=True):
+    for batch in task.scan.read_arrow(timestamp_types=True, timestamp_micros=True):
         rows += to_spark_batch(batch, task.topic, task.partition, False).num_rows
     return rows
 
@@ -425,7 +425,7 @@ def test_read_task_in_process(benchmark, data):
     task = _plan(data.log_dir)[0]
     _tag(benchmark, "read-task", "in-process", "ours", data, rows=task.offsets,
          task=f"{task.topic}-{task.partition} [{task.scan.start:,}, {task.scan.end:,})",
-         query="PartitionScan.read_arrow(timestamp_types=True) + to_spark_batch, no Spark")
+         query="PartitionScan.read_arrow(timestamp_types=True, timestamp_micros=True) + to_spark_batch, no Spark")
     counts: list[int] = []
     benchmark.pedantic(lambda: counts.append(read_task(task)), rounds=TASK_ROUNDS, warmup_rounds=1, iterations=1)
     assert set(counts) == {task.offsets}, set(counts)
@@ -467,8 +467,8 @@ class ArrowFloorReader(DataSourceReader):
     def read(self, partition: InputPartition):
         """The first batch of the topic, repeated (and cut) to the task's row count."""
         task = _plan(self.log_dir)[0]
-        batch = to_spark_batch(next(iter(task.scan.read_arrow(timestamp_types=True))), task.topic,
-                               task.partition, False)
+        first = next(iter(task.scan.read_arrow(timestamp_types=True, timestamp_micros=True)))
+        batch = to_spark_batch(first, task.topic, task.partition, False)
         rows = partition.value
         for _ in range(rows // batch.num_rows):
             yield batch

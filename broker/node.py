@@ -42,6 +42,7 @@ from logstore.broker.share.sessions import ShareSessions
 from logstore.broker.share.state_store import ShareStateStore
 from logstore.checkpoints import write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
+from logstore.dir_transactions import recover_dir_transactions
 from logstore.errors import InvalidRequestError, StorageError, UnknownTopicOrPartitionError
 from logstore.filesystem import OS, FileSystem
 from logstore.manager import LogManager
@@ -243,7 +244,7 @@ class Node:
         }
         txns, groups = self.transactions, self.groups
         jobs = {
-            "abort": lambda: (txns.abort_timed_out(), txns.complete_prepared()),
+            "abort": self._abort_and_finish_transactions,
             "expire_ids": lambda: _logged(txns.expire_transactional_ids(),
                                           "expired %d transactional ids (transactional.id.expiration.ms)"),
             "expire_offsets": lambda: _logged(groups.expire_offsets(),
@@ -251,6 +252,7 @@ class Node:
         }
         self._guarded("finish decided transactions", lambda: _logged(
             txns.complete_prepared(), "finished %d transactions decided before the restart"))
+        self._guarded("finish log dir transactions", self._finish_dir_transactions)
         now = _now_ms()
         due = {name: now + every for name, every in intervals.items()}
         while True:
@@ -272,6 +274,19 @@ class Node:
             with self._wake:
                 if not self._woken and not self._closing:
                     self._wake.wait(max(wake_at - _now_ms(), 0) / 1000)
+
+    def _abort_and_finish_transactions(self) -> None:
+        self.transactions.abort_timed_out()
+        self.transactions.complete_prepared()
+        self._finish_dir_transactions()
+
+    def _finish_dir_transactions(self) -> None:
+        """Transactions Spark jobs wrote into the log dir before this broker held it (logstore.dir_transactions):
+        decided ones finished, undecided ones aborted once their timeout has passed."""
+        done = recover_dir_transactions(self.store)
+        if done.jobs:
+            log.info("log dir transactions of %d jobs finished: %d committed, %d aborted",
+                     len(done.jobs), done.committed, done.aborted)
 
     def _guarded(self, what: str, job: Callable[[], Any]) -> Any:
         try:

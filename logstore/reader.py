@@ -15,7 +15,7 @@ range touches, and gets Arrow record batches (pyarrow is imported then).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +29,7 @@ from logstore.errors import CorruptRecordError, OffsetOutOfRangeError, SegmentDe
 from logstore.filenames import is_delete_dir, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
+from logstore.formats.protocol import ENTRIES_END, ENTRIES_FULL, ENTRIES_NEED_BYTES, ENTRIES_OTHER
 from logstore.index import AbortedTxn, IndexAccessError
 from logstore.loader import LoadMode, RecoveryReport, load_log
 from logstore.manager import partition_key
@@ -38,7 +39,7 @@ from logstore.segment import LogSegment
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from logstore.formats.kafka import Entry, Record
+    from logstore.formats.kafka import ColumnarBuilder, Entry, Record
 
 __all__ = ["PartitionScan", "PartitionView", "SegmentSpan", "StoreView"]
 
@@ -195,32 +196,73 @@ class PartitionScan:
         return PartitionScan(self.directory, start, end, tuple(keep), self.committed, aborted)
 
     def read_arrow(self, *, headers: bool = False, timestamp_types: bool = False,
-                   batch_rows: int = DEFAULT_BATCH_ROWS, skip_deleted: bool = False,
-                   fmt: LogFormat = DEFAULT_FORMAT) -> Iterator[pa.RecordBatch]:
-        """pyarrow RecordBatches (offset, timestamp in ms, key, value, then `timestampType` and
-        `headers` when asked) of the records in range, aborted transactions and control records left
-        out. A segment deleted since planning raises SegmentDeletedError, or is passed over with
-        `skip_deleted`."""
-        builder = fmt.column_builder(headers=headers, timestamp_types=timestamp_types)
-        keep = CommittedFilter(self.aborted).keep if self.committed else None
+                   timestamp_micros: bool = False, batch_rows: int = DEFAULT_BATCH_ROWS,
+                   skip_deleted: bool = False, fmt: LogFormat = DEFAULT_FORMAT) -> Iterator[pa.RecordBatch]:
+        """pyarrow RecordBatches (offset, timestamp in ms — timestamp[us, tz=UTC] with
+        `timestamp_micros` —, key, value, then `timestampType` and `headers` when asked) of the records
+        in range, aborted transactions and control records left out. A segment deleted since planning
+        raises SegmentDeletedError, or is passed over with `skip_deleted`."""
+        builder = fmt.column_builder(headers=headers, timestamp_types=timestamp_types,
+                                     timestamp_micros=timestamp_micros)
+        legacy = (headers, timestamp_types, timestamp_micros)
+        if self.committed and self.aborted:
+            batches = self._read_filtered(builder, fmt, batch_rows, skip_deleted, legacy)
+        else:
+            batches = self._read_chunks(builder, fmt, batch_rows, skip_deleted, legacy)
+        yield from batches
+        if builder.count:
+            yield builder.finish().to_arrow()
+
+    def _read_chunks(self, builder: ColumnarBuilder, fmt: LogFormat, batch_rows: int, skip_deleted: bool,
+                     legacy: tuple[bool, bool, bool]) -> Iterator[pa.RecordBatch]:
+        """Every data batch of the range, a chunk at a time in one native loop (nothing to filter by
+        transaction: read_uncommitted, or no aborted transaction overlaps the range)."""
+        for segment, position in self._segments(fmt, skip_deleted):
+            while position < segment.size:
+                buf = segment.pread(min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                pos, why = yield from self._add_chunk(builder, fmt, buf, batch_rows, legacy)
+                if why == ENTRIES_NEED_BYTES and pos == 0:
+                    bounds = fmt.peek_entry(buf, 0)
+                    if bounds is None or bounds.size <= len(buf) or position + bounds.size > segment.size:
+                        break  # a partial tail: the writer is mid-append
+                    buf = segment.pread(bounds.size, position)  # one batch larger than a chunk
+                    pos, why = yield from self._add_chunk(builder, fmt, buf, batch_rows, legacy)
+                if why == ENTRIES_END:
+                    return
+                position += pos
+
+    def _add_chunk(self, builder: ColumnarBuilder, fmt: LogFormat, buf: bytes, batch_rows: int,
+                   legacy: tuple[bool, bool, bool]) -> Generator[pa.RecordBatch, None, tuple[int, int]]:
+        """Add the entries of one chunk, yielding each batch that fills up; (position, why) where it stopped."""
+        pos, why = fmt.add_entries(builder, buf, 0, self.start, self.end, batch_rows)
+        while why in (ENTRIES_FULL, ENTRIES_OTHER):
+            if why == ENTRIES_OTHER:  # a magic 0/1 entry, decoded whole
+                entry = next(fmt.iter_entries(buf, pos))
+                if builder.count:
+                    yield builder.finish().to_arrow()
+                yield _legacy_arrow(fmt.decode_entry(buf, entry), entry, self.start, self.end, *legacy)
+                pos = fmt.entry_end(entry)
+            else:
+                yield builder.finish().to_arrow()
+            pos, why = fmt.add_entries(builder, buf, pos, self.start, self.end, batch_rows)
+        return pos, why
+
+    def _read_filtered(self, builder: ColumnarBuilder, fmt: LogFormat, batch_rows: int, skip_deleted: bool,
+                       legacy: tuple[bool, bool, bool]) -> Iterator[pa.RecordBatch]:
+        """The range entry by entry, each batch judged by read_committed's filter."""
+        keep = CommittedFilter(self.aborted).keep
         for entry, buf in self._entries(fmt, skip_deleted):
-            if keep is not None:
-                if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
-                    continue
-            elif getattr(entry, "is_control", False):
+            if not keep(entry, lambda: fmt.read_marker(buf, entry.position).type_name == "ABORT"):
                 continue
             if not fmt.add_columns(builder, buf, entry, self.start, self.end):
                 if builder.count:
                     yield builder.finish().to_arrow()
-                yield _legacy_arrow(fmt.decode_entry(buf, entry), entry, self.start, self.end, headers,
-                                    timestamp_types)
+                yield _legacy_arrow(fmt.decode_entry(buf, entry), entry, self.start, self.end, *legacy)
             elif builder.count >= batch_rows:
                 yield builder.finish().to_arrow()
-        if builder.count:
-            yield builder.finish().to_arrow()
 
-    def _entries(self, fmt: LogFormat, skip_deleted: bool) -> Iterator[tuple[Entry, bytes]]:
-        """(entry, the chunk it lies in) for every whole entry holding offsets of the range."""
+    def _segments(self, fmt: LogFormat, skip_deleted: bool) -> Iterator[tuple[LogSegment, int]]:
+        """Each segment of the range, open while the caller reads it, with the position to read from."""
         for base in self.bases:
             try:
                 segment = LogSegment(self.directory, base, fmt=fmt, writable=False)
@@ -232,24 +274,28 @@ class PartitionScan:
                     f"(offsets [{max(base, self.start)}, ...) are gone)") from None
             try:
                 found = segment.translate_offset(self.start) if self.start > base else None
-                position = found.position if found is not None else 0
-                while position < segment.size:
-                    buf = segment.pread(min(SCAN_CHUNK_BYTES, segment.size - position), position)
-                    bounds = fmt.peek_entry(buf, 0)
-                    if bounds is None or bounds.base_offset >= self.end:
-                        break
-                    if bounds.size > len(buf):  # one batch larger than a chunk
-                        buf = segment.pread(bounds.size, position)
-                    entries, done = self._chunk_entries(fmt, buf)
-                    for entry in entries:
-                        yield entry, buf
-                    if done:
-                        return
-                    if not entries:
-                        break  # a partial tail: the writer is mid-append
-                    position += entries[-1].position + entries[-1].size_in_bytes
+                yield segment, found.position if found is not None else 0
             finally:
                 segment.close()
+
+    def _entries(self, fmt: LogFormat, skip_deleted: bool) -> Iterator[tuple[Entry, bytes]]:
+        """(entry, the chunk it lies in) for every whole entry holding offsets of the range."""
+        for segment, position in self._segments(fmt, skip_deleted):
+            while position < segment.size:
+                buf = segment.pread(min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                bounds = fmt.peek_entry(buf, 0)
+                if bounds is None or bounds.base_offset >= self.end:
+                    break
+                if bounds.size > len(buf):  # one batch larger than a chunk
+                    buf = segment.pread(bounds.size, position)
+                entries, done = self._chunk_entries(fmt, buf)
+                for entry in entries:
+                    yield entry, buf
+                if done:
+                    return
+                if not entries:
+                    break  # a partial tail: the writer is mid-append
+                position += entries[-1].position + entries[-1].size_in_bytes
 
     def _chunk_entries(self, fmt: LogFormat, buf: bytes) -> tuple[list[Entry], bool]:
         """The whole entries of `buf` below the range's end, and whether the end was reached."""
@@ -321,13 +367,14 @@ class StoreView:
 
 
 def _legacy_arrow(records: list[Record], entry: Entry, start: int, end: int, headers: bool,
-                  timestamp_types: bool) -> pa.RecordBatch:
+                  timestamp_types: bool, timestamp_micros: bool) -> pa.RecordBatch:
     """A magic 0/1 entry's records as the same Arrow columns the builder gives."""
     import pyarrow as pa
     kept = [r for r in records if start <= r.offset < end]
     columns = {
         "offset": pa.array([r.offset for r in kept], pa.int64()),
-        "timestamp": pa.array([r.timestamp for r in kept], pa.int64()),
+        "timestamp": (pa.array([r.timestamp * 1000 for r in kept], pa.timestamp("us", tz="UTC"))
+                      if timestamp_micros else pa.array([r.timestamp for r in kept], pa.int64())),
         "key": pa.array([r.key for r in kept], pa.binary()),
         "value": pa.array([r.value for r in kept], pa.binary()),
     }

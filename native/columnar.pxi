@@ -19,6 +19,8 @@ cdef extern from "records.h":
 
 # Arrow type of the headers column: Spark's Kafka schema, all fields nullable.
 cdef object _HEADERS_TYPE = None
+# Arrow type of µs timestamps: Spark's TimestampType as it crosses from Python.
+cdef object _MICROS_TYPE = None
 
 
 cdef object _headers_type():
@@ -27,6 +29,22 @@ cdef object _headers_type():
         import pyarrow as pa
         _HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
     return _HEADERS_TYPE
+
+
+cdef object _micros_type():
+    global _MICROS_TYPE
+    if _MICROS_TYPE is None:
+        import pyarrow as pa
+        _MICROS_TYPE = pa.timestamp("us", tz="UTC")
+    return _MICROS_TYPE
+
+
+# Why `add_entries` stopped: the buffer holds no further whole entry, the range's end was reached, the
+# builder holds `max_rows` rows, or the entry at the position is not a v2 batch (the caller decodes it).
+ENTRIES_NEED_BYTES = 0
+ENTRIES_END = 1
+ENTRIES_FULL = 2
+ENTRIES_LEGACY = 3
 
 
 @cython.final
@@ -92,7 +110,8 @@ cdef int _start_offsets(Growable* g) except -1:
 cdef class Columns:
     """Arrow-ready columns of `count` records.
 
-    `offsets` and `timestamps` are little-endian int64; `key_offsets` and
+    `offsets` and `timestamps` are little-endian int64 (timestamps in ms, or
+    in µs when `timestamp_micros`); `key_offsets` and
     `value_offsets` are count+1 little-endian int32 into `key_data` /
     `value_data`; `key_validity` / `value_validity` are Arrow validity bitmaps
     (bit set = not null), with `key_null_count` / `value_null_count`.
@@ -108,6 +127,7 @@ cdef class Columns:
     cdef readonly Py_ssize_t count
     cdef readonly object offsets
     cdef readonly object timestamps
+    cdef readonly bint timestamp_micros
     cdef readonly object key_offsets
     cdef readonly object key_data
     cdef readonly object key_validity
@@ -127,13 +147,16 @@ cdef class Columns:
     cdef readonly object header_value_null_count
 
     def to_arrow(self):
-        """A pyarrow.RecordBatch on these buffers: offset, timestamp, key, value[, timestampType][, headers]."""
+        """A pyarrow.RecordBatch on these buffers: offset, timestamp, key, value[, timestampType][, headers].
+
+        The timestamp column is int64 ms, or timestamp[us, tz=UTC] when `timestamp_micros`."""
         import pyarrow as pa
         n = self.count
         buf = pa.py_buffer
         arrays = [
             pa.Array.from_buffers(pa.int64(), n, [None, buf(self.offsets)]),
-            pa.Array.from_buffers(pa.int64(), n, [None, buf(self.timestamps)]),
+            pa.Array.from_buffers(_micros_type() if self.timestamp_micros else pa.int64(), n,
+                                  [None, buf(self.timestamps)]),
             pa.Array.from_buffers(pa.binary(), n, [buf(self.key_validity), buf(self.key_offsets),
                                                    buf(self.key_data)], self.key_null_count),
             pa.Array.from_buffers(pa.binary(), n, [buf(self.value_validity), buf(self.value_offsets),
@@ -183,7 +206,8 @@ cdef class ColumnarBuilder:
     Not thread-safe; one builder per task. No Python object is created per
     record or header. `headers` / `timestamp_types` add the optional columns
     of Spark's Kafka schema (see Columns); without them the loop is the
-    plain one.
+    plain one. `timestamp_micros` keeps timestamps in µs (Spark's unit),
+    scaled in the batch's own pass while its rows are still in cache.
     """
     cdef Growable offsets, timestamps, key_offsets, key_data, key_valid
     cdef Growable value_offsets, value_data, value_valid
@@ -191,9 +215,10 @@ cdef class ColumnarBuilder:
     cdef readonly Py_ssize_t count
     cdef readonly bint headers
     cdef readonly bint timestamp_types
+    cdef readonly bint timestamp_micros
     cdef Py_ssize_t key_nulls, value_nulls, header_count, hvalue_nulls
 
-    def __cinit__(self, *, bint headers=False, bint timestamp_types=False):
+    def __cinit__(self, *, bint headers=False, bint timestamp_types=False, bint timestamp_micros=False):
         memset(&self.offsets, 0, sizeof(Growable))
         memset(&self.timestamps, 0, sizeof(Growable))
         memset(&self.key_offsets, 0, sizeof(Growable))
@@ -211,6 +236,7 @@ cdef class ColumnarBuilder:
         memset(&self.hvalue_valid, 0, sizeof(Growable))
         self.headers = headers
         self.timestamp_types = timestamp_types
+        self.timestamp_micros = timestamp_micros
         self._start()
 
     cdef _start(self):
@@ -254,8 +280,46 @@ cdef class ColumnarBuilder:
         cdef bint bounded = end_offset is not None
         cdef int64_t stop = end_offset if bounded else 0
         cdef _Buffer b = _Buffer(buf)
+        return self._add(buf, <const unsigned char*>b.buf.buf, b.buf.len, pos, start_offset, bounded, stop,
+                         skip_control, verify_crc, max_decompressed)
+
+    def add_entries(self, buf, Py_ssize_t pos, int64_t start_offset, int64_t end_offset, Py_ssize_t max_rows, *,
+                    bint verify_crc=True, Py_ssize_t max_decompressed=DEFAULT_MAX_DECOMPRESSED):
+        """Add the records with start_offset <= offset < end_offset of the v2 batches from `pos` on,
+        control batches left out, one after another without returning to Python per batch.
+
+        Returns (position, why): where it stopped and why (ENTRIES_NEED_BYTES: no whole entry left
+        there; ENTRIES_END: the entry there begins at or past end_offset, nothing of it checked;
+        ENTRIES_FULL: the builder holds max_rows rows or more; ENTRIES_LEGACY: a magic 0/1 entry
+        is there). A corrupt batch raises CorruptRecordError.
+        """
+        cdef _Buffer b = _Buffer(buf)
         cdef const unsigned char* p = <const unsigned char*>b.buf.buf
-        cdef BatchHeader h = _checked_header(buf, p, b.buf.len, pos, 0, verify_crc)
+        cdef Py_ssize_t n = b.buf.len
+        cdef int32_t length
+        cdef int why = ENTRIES_NEED_BYTES
+        while self.count < max_rows:
+            if pos < 0 or n - pos < ENTRY_PREFIX_SIZE:
+                break
+            if read_be64(p + pos + BASE_OFFSET_AT) >= end_offset:
+                why = ENTRIES_END
+                break
+            length = read_be32(p + pos + BATCH_LENGTH_AT)
+            if length >= 0 and <int64_t>length + LOG_OVERHEAD > n - pos:
+                break  # a partial tail: the caller reads on from `pos`
+            if p[pos + MAGIC_AT] != 2:
+                why = ENTRIES_LEGACY
+                break
+            self._add(buf, p, n, pos, start_offset, True, end_offset, True, verify_crc, max_decompressed)
+            pos += LOG_OVERHEAD + length
+        else:
+            why = ENTRIES_FULL
+        return pos, why
+
+    cdef BatchHeader _add(self, object buf, const unsigned char* p, Py_ssize_t size, Py_ssize_t pos,
+                          int64_t start_offset, bint bounded, int64_t stop, bint skip_control, bint verify_crc,
+                          Py_ssize_t max_decompressed):
+        cdef BatchHeader h = _checked_header(buf, p, size, pos, 0, verify_crc)
         if skip_control and (h.attributes & CONTROL_FLAG):
             return h
         if h.base_offset + h.last_offset_delta < start_offset or (bounded and h.base_offset >= stop):
@@ -332,6 +396,13 @@ cdef class ColumnarBuilder:
             # Nothing of a corrupt batch is kept: sizes are only committed below.
             _raise_parse(&e, 0, owner is not None, pos)
         cdef Py_ssize_t n = c.n
+        cdef Py_ssize_t i
+        cdef int64_t* micros
+        if self.timestamp_micros:
+            micros = <int64_t*>self.timestamps.data
+            with nogil:
+                for i in range(self.count, n):
+                    micros[i] *= 1000
         cdef Py_ssize_t key_size = c.key_size
         cdef Py_ssize_t value_size = c.value_size
         if key_size > 2147483647 or value_size > 2147483647:
@@ -360,9 +431,13 @@ cdef class ColumnarBuilder:
         return h
 
     def finish(self):
-        """Hand the buffers to a Columns object and start empty."""
+        """Hand the buffers to a Columns object and start empty, with room for as many bytes as these held."""
+        cdef Py_ssize_t[9] used = [self.offsets.size, self.timestamps.size, self.key_offsets.size,
+                                   self.key_data.size, self.value_offsets.size, self.value_data.size,
+                                   (self.count + 7) // 8, (self.count + 7) // 8, self.types.size]
         cdef Columns c = Columns.__new__(Columns)
         c.count = self.count
+        c.timestamp_micros = self.timestamp_micros
         self.key_valid.size = (self.count + 7) // 8
         self.value_valid.size = (self.count + 7) // 8
         c.offsets = self._take(&self.offsets)
@@ -387,6 +462,14 @@ cdef class ColumnarBuilder:
             c.header_value_data = self._take(&self.hvalue_data)
             c.header_value_validity = self._take(&self.hvalue_valid)
             c.header_value_null_count = self.hvalue_nulls
+        # The next batch is most likely the same size: reserving it now spares the doublings' copies.
+        cdef Growable* grown[9]
+        grown[:] = [&self.offsets, &self.timestamps, &self.key_offsets, &self.key_data, &self.value_offsets,
+                    &self.value_data, &self.key_valid, &self.value_valid, &self.types]
+        cdef int i
+        for i in range(9):
+            if used[i] and _grow(grown[i], used[i] + used[i] // 8) != 0:
+                raise MemoryError()
         self._start()
         return c
 

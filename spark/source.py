@@ -23,6 +23,7 @@ from logstore.spark.planning import Pushdown, TaskRange, plan_batch, push_filter
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from logstore.spark.sink import LogstoreBatchWriter, LogstoreStreamWriter
     from logstore.spark.stream import LogstoreStreamReader
 
 BASE_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
@@ -71,6 +72,16 @@ class LogstoreDataSource(DataSource):
         """A micro-batch stream (see logstore.spark.stream)."""
         from logstore.spark.stream import LogstoreStreamReader
         return LogstoreStreamReader(parse_options(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> LogstoreBatchWriter:
+        """`df.write.format("logstore")`: Spark's Kafka sink, each job committed at once (see logstore.spark.sink)."""
+        from logstore.spark.sink import LogstoreBatchWriter
+        return LogstoreBatchWriter(dict(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> LogstoreStreamWriter:
+        """`writeStream.format("logstore")`: each micro-batch committed once, across restarts."""
+        from logstore.spark.sink import LogstoreStreamWriter
+        return LogstoreStreamWriter(dict(self.options), schema, overwrite)
 
 
 def _planning_without_pushdown() -> bool:
@@ -121,6 +132,6 @@ def read_partition(partition: InputPartition, fail_on_data_loss: bool) -> Iterat
 def read_range(task: TaskRange, include_headers: bool, fail_on_data_loss: bool) -> Iterator[pa.RecordBatch]:
     """Arrow batches in Spark's schema for one task range (shared by batch and streaming reads)."""
     from logstore.spark.arrow import to_spark_batch
-    for batch in task.scan.read_arrow(headers=include_headers, timestamp_types=True,
+    for batch in task.scan.read_arrow(headers=include_headers, timestamp_types=True, timestamp_micros=True,
                                       skip_deleted=not fail_on_data_loss):
         yield to_spark_batch(batch, task.topic, task.partition, include_headers)

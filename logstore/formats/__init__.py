@@ -20,7 +20,9 @@ signature. The storage layer uses exactly these:
   producer state and transactions;
 - `decode_entry(buf, entry)`: records for reads and timestamp lookups;
 - `column_builder(...)` and `add_columns(builder, buf, entry, start, end)`:
-  records straight into Arrow-ready columns, for scans (`logstore.reader`);
+  records straight into Arrow-ready columns, for scans (`logstore.reader`),
+  and `add_entries(builder, buf, pos, start, end, max_rows)`: a chunk's
+  entries at once, for scans with nothing to filter by transaction;
 - `encode_batch(...)`, `build_control_batch(...)`: batches logstore writes;
   `BatchBuilder(...)` and `increment_sequence(seq, n)`: batches an
   in-process producer fills record by record.

@@ -88,7 +88,7 @@ __all__ = [
     "read_marker", "entry_bounds", "scan_entries",
     "read_control_record", "peek_header", "read_header", "validate_batch", "validate_records",
     "EntryPrefix", "entry_prefix", "crc_position", "ProducedBatch", "peek_produced_batch",
-    "NAME", "require_keys", "column_builder", "add_columns", "recompress", "recompress_cost",
+    "NAME", "require_keys", "column_builder", "add_columns", "add_entries", "recompress", "recompress_cost",
 ]
 
 LOG_OVERHEAD = ENTRY_OVERHEAD
@@ -180,9 +180,10 @@ def decode_entry(buf: Buffer, entry: Entry, *, verify_crc: bool = True,
                           max_decompressed=max_decompressed)
 
 
-def column_builder(*, headers: bool = False, timestamp_types: bool = False) -> ColumnarBuilder:
+def column_builder(*, headers: bool = False, timestamp_types: bool = False,
+                   timestamp_micros: bool = False) -> ColumnarBuilder:
     """A builder that gathers the records of many entries into Arrow-ready columns."""
-    return ColumnarBuilder(headers=headers, timestamp_types=timestamp_types)
+    return ColumnarBuilder(headers=headers, timestamp_types=timestamp_types, timestamp_micros=timestamp_micros)
 
 
 def add_columns(builder: ColumnarBuilder, buf: Buffer, entry: Entry, start_offset: int,
@@ -194,6 +195,14 @@ def add_columns(builder: ColumnarBuilder, buf: Buffer, entry: Entry, start_offse
     builder.add_batch(buf, entry.position, start_offset=start_offset, end_offset=end_offset,
                       skip_control=False, verify_crc=False)
     return True
+
+
+def add_entries(builder: ColumnarBuilder, buf: Buffer, pos: int, start_offset: int, end_offset: int,
+                max_rows: int) -> tuple[int, int]:
+    """Add the records in [start_offset, end_offset) of the v2 batches from `pos` on (CRCs checked,
+    control batches left out) in one native loop; (position, why) with why one of protocol's ENTRIES_*,
+    ENTRIES_OTHER at a magic 0/1 entry."""
+    return builder.add_entries(buf, pos, start_offset, end_offset, max_rows)
 
 
 def entry_end(entry: Entry) -> int:

@@ -34,6 +34,14 @@ if TYPE_CHECKING:
     )
     from logstore.formats.kafka import BatchBuilder as _BatchBuilder
 
+# Why `LogFormat.add_entries` stopped: no whole entry is left in the buffer at the position, the entry
+# there begins at or past the end offset, the builder holds max_rows rows, or the entry there is one the
+# caller decodes itself (`add_columns` returns False for it).
+ENTRIES_NEED_BYTES = 0
+ENTRIES_END = 1
+ENTRIES_FULL = 2
+ENTRIES_OTHER = 3
+
 
 @dataclass(frozen=True)
 class RecordRules:
@@ -178,13 +186,20 @@ class LogFormat(Protocol):
         """The records of an entry (control records included)."""
         ...
 
-    def column_builder(self, *, headers: bool = False, timestamp_types: bool = False) -> ColumnarBuilder:
+    def column_builder(self, *, headers: bool = False, timestamp_types: bool = False,
+                       timestamp_micros: bool = False) -> ColumnarBuilder:
         """A builder that gathers the records of many entries into Arrow-ready columns."""
         ...
 
     def add_columns(self, builder: ColumnarBuilder, buf: Buffer, entry: Entry, start_offset: int,
                     end_offset: int) -> bool:
         """Add an entry's records in [start_offset, end_offset) to `builder`; False if the caller must decode."""
+        ...
+
+    def add_entries(self, builder: ColumnarBuilder, buf: Buffer, pos: int, start_offset: int, end_offset: int,
+                    max_rows: int) -> tuple[int, int]:
+        """Add the records in [start_offset, end_offset) of the entries from `pos` on, CRCs checked, control
+        batches left out, until one of ENTRIES_*: (the position reached, which one)."""
         ...
 
     # Batches logstore writes.

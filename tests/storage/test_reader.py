@@ -191,3 +191,44 @@ def test_a_store_view_lists_partition_directories_only(tmp_path):
     assert store.topics() == {"a": 2, "b": 1}
     with store.view("a", 1) as view:
         assert (view.high_watermark, view.segments) == (0, ())
+
+
+@pytest.mark.parametrize("chunk", [64, 300, 4 << 20])
+def test_chunks_smaller_than_a_batch_and_batches_cut_by_chunks_read_every_record(tmp_path, monkeypatch, chunk):
+    # The chunked scan reads a batch larger than a chunk whole, and picks up a batch a chunk cut at its start.
+    import logstore.reader as reader
+    monkeypatch.setattr(reader, "SCAN_CHUNK_BYTES", chunk)
+    directory = tmp_path / "t-0"
+    with Log.open(str(directory), LogConfig.from_properties({"segment.bytes": 4096})) as log:
+        for i in range(40):
+            log.append_records([b"v%d-" % i * (i % 7 * 20 + 1)] * (i % 3 + 1), keys=[b"k"] * (i % 3 + 1))
+        with PartitionView.open(str(directory)) as view:
+            end = view.high_watermark
+            for start, stop in ((0, end), (5, end - 5), (17, 18)):
+                scan = view.scan(start, stop, "read_uncommitted")
+                assert rows(scan) == library_rows(log, start, stop, "read_uncommitted")
+                assert rows(scan, batch_rows=2) == rows(scan)
+
+
+def test_spark_timestamps_come_out_in_microseconds_from_v2_and_legacy_entries(tmp_path):
+    import struct
+    import zlib
+
+    import logstore.formats.kafka as K
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    v2 = K.encode_batch([b"a", b"b"], [b"1", b"2"], None, [1_700_000_000_001, 1_700_000_000_002], base_offset=0)
+    # One magic 1 message at offset 2 (a log Kafka 0.10 wrote): crc, magic, attributes, timestamp, key, value.
+    body = bytes([1, 0]) + struct.pack(">qi", 1_600_000_000_000, 1) + b"c" + struct.pack(">i", 1) + b"3"
+    message = struct.pack(">I", zlib.crc32(body)) + body
+    legacy = struct.pack(">qi", 2, len(message)) + message
+    later = K.encode_batch([b"d"], [b"4"], None, [1_700_000_000_004], base_offset=3)
+    (directory / "00000000000000000000.log").write_bytes(v2 + legacy + later)
+    with PartitionView.open(str(directory)) as view:
+        scan = view.scan(0, view.high_watermark, "read_uncommitted")
+        millis = rows(scan, timestamp_types=True)
+        batches = list(scan.read_arrow(timestamp_types=True, timestamp_micros=True))
+    assert [r[0] for r in millis] == [0, 1, 2, 3]
+    assert all(b.schema.field("timestamp").type == pa.timestamp("us", tz="UTC") for b in batches)
+    micros = [t for b in batches for t in b.column("timestamp").cast(pa.int64()).to_pylist()]
+    assert micros == [r[1] * 1000 for r in millis]

@@ -1,0 +1,98 @@
+"""The sink's options and input columns, named and checked as Spark's Kafka sink names and checks them.
+
+Columns: `value` (binary or string) is required; `key` (binary or string),
+`topic` (string), `partition` (int) and `headers`
+(array<struct<key: string, value: binary>>) are optional, and any other column
+is left alone, as Spark's Kafka sink does. Options: `path` (or `.save(path)`),
+the log dir written into; `topic`, for rows without a `topic` column or with a
+null one; `transaction.timeout.ms` (default 60000), how long a task's
+transaction may stay open before the next writer aborts it, and how long a
+task waits for the dir; `write.buffer.bytes` (default 64 MiB), the input a task
+gathers before it takes the dir to append it. `kafka.bootstrap.servers` names the broker target,
+which is not there yet.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
+
+from logstore.dir_transactions import DEFAULT_TIMEOUT_MS
+from logstore.dir_writer import BUFFER_BYTES
+from logstore.spark.options import OptionError
+
+HEADERS_TYPE = ArrayType(StructType().add("key", StringType()).add("value", BinaryType()))
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """Every option and input column the sink understands."""
+
+    path: str
+    topic: str | None = None
+    timeout_ms: int = DEFAULT_TIMEOUT_MS
+    buffer_bytes: int = BUFFER_BYTES
+    key: bool = False
+    topic_column: bool = False
+    partition_column: bool = False
+    headers: bool = False
+
+
+def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
+    """Check and type a write's options and input columns; OptionError names what is wrong, in one line."""
+    opts = {k.lower(): v for k, v in options.items()}
+    if opts.get("kafka.bootstrap.servers"):
+        raise OptionError("writing through a broker (kafka.bootstrap.servers) is not there yet: "
+                          "write into a log dir no broker holds with option 'path' instead")
+    path = opts.get("path")
+    if not path:
+        raise OptionError("option 'path' (the log dir to write into; or .save(path)) is required")
+    if "," in path or path.startswith("["):
+        raise OptionError(f"option 'path' names one log dir, got {path!r}")
+    topic = opts.get("topic") or None
+    timeout = _positive(opts, "transaction.timeout.ms", DEFAULT_TIMEOUT_MS, "ms")
+    buffer_bytes = _positive(opts, "write.buffer.bytes", BUFFER_BYTES, "bytes")
+
+    types = {f.name.lower(): f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise OptionError("required attribute 'value' not found (the sink writes key, value, topic, partition, "
+                          "headers)")
+    _check(types, "value", (BinaryType(), StringType()), "a string or binary")
+    _check(types, "key", (BinaryType(), StringType()), "a string or binary")
+    _check(types, "topic", (StringType(),), "a string")
+    _check(types, "partition", (IntegerType(),), "an int")
+    _check(types, "headers", (HEADERS_TYPE,), "array<struct<key:string,value:binary>>")
+    if "topic" not in types and topic is None:
+        raise OptionError("topic option required when no 'topic' attribute is present")
+    return SinkOptions(path=path, topic=topic, timeout_ms=timeout, buffer_bytes=buffer_bytes, key="key" in types,
+                       topic_column="topic" in types, partition_column="partition" in types,
+                       headers="headers" in types)
+
+
+def _positive(opts: Mapping[str, str], name: str, default: int, unit: str) -> int:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise OptionError(f"{name} must be an integer ({unit}), got {raw!r}") from None
+    if value < 1:
+        raise OptionError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def _check(types: Mapping[str, DataType], name: str, allowed: tuple[DataType, ...], words: str) -> None:
+    kind = types.get(name)
+    if kind is None:
+        return
+    if isinstance(kind, ArrayType) and isinstance(allowed[0], ArrayType):
+        # Nullability of the elements and fields does not matter, only the shape.
+        element = kind.elementType
+        if isinstance(element, StructType) and [(f.name, f.dataType) for f in element.fields] == \
+                [("key", StringType()), ("value", BinaryType())]:
+            return
+    elif kind in allowed:
+        return
+    raise OptionError(f"{name} attribute type must be {words}, got {kind.simpleString()}")

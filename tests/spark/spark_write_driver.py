@@ -1,0 +1,106 @@
+"""A Spark driver process of its own for the sink's tests: the parts that need their own SparkSession or a kill.
+
+`python spark_write_driver.py SPEC_JSON`, SPEC_JSON {"mode", "path", "topic", "rows", "tasks", ...}:
+
+- `retry`: a `local[2,4]` session (4 attempts per task) writes `rows` rows in `tasks` tasks; each task's first
+  attempt raises halfway through its rows, after earlier rows were appended (small Arrow batches, a small
+  write buffer). Prints `done` once the job committed.
+- `hold`: writes through a sink whose driver-side commit first writes the file `signal` and then waits to be
+  killed: the tasks' transactions are all prepared, none is committed.
+- `stream`: a rate source (`rate` rows/s) streams into `topic` with the checkpoint `checkpoint` until killed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+
+def session(master: str, **conf: str):
+    """A SparkSession of this process with `format("logstore")` registered."""
+    # Spark starts its Python workers with PYSPARK_PYTHON, else the system python, which lacks pyarrow.
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    from pyspark.sql import SparkSession
+
+    import logstore.spark
+
+    builder = (SparkSession.builder.master(master).appName("logstore-write-driver")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    for name, value in conf.items():
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    logstore.spark.register(spark)
+    return spark
+
+
+def rows_frame(spark, rows: int, tasks: int):
+    """`rows` rows in `tasks` partitions: key and value the row's number as text, one header naming it."""
+    return spark.range(0, rows, numPartitions=tasks).selectExpr(
+        "CAST(id AS STRING) AS key", "CAST(CAST(id AS STRING) AS BINARY) AS value",
+        "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
+
+
+def retry(spec: dict) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    half = spec["rows"] // spec["tasks"] // 2
+
+    def fail_first_attempt(value, position):
+        # The task's row `half` raises on its first attempt: rows before it were appended already.
+        if position == half and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("injected failure halfway through the task")
+        return value
+
+    udf = F.udf(fail_first_attempt, BinaryType())
+    frame = rows_frame(spark, spec["rows"], spec["tasks"])
+    frame = frame.withColumn("position", F.col("key").cast("long") % (spec["rows"] // spec["tasks"]))
+    (frame.withColumn("value", udf("value", "position")).drop("position")
+     .write.format("logstore").option("topic", spec["topic"]).option("write.buffer.bytes", "2000")
+     .mode("append").save(spec["path"]))
+    print("done", flush=True)
+
+
+def hold(spec: dict) -> None:
+    from logstore.spark.sink import LogstoreBatchWriter
+    from logstore.spark.source import LogstoreDataSource
+
+    signal = spec["signal"]
+
+    class HeldWriter(LogstoreBatchWriter):
+        def commit(self, messages):
+            with open(signal, "w") as out:
+                out.write(json.dumps([m.producer_id for m in messages]))
+            time.sleep(3600)       # killed here: every task's transaction prepared, none committed
+
+    class HoldingSource(LogstoreDataSource):
+        @classmethod
+        def name(cls):
+            return "logstore_hold"
+
+        def writer(self, schema, overwrite):
+            return HeldWriter(dict(self.options), schema, overwrite)
+
+    spark = session("local[2]")
+    spark.dataSource.register(HoldingSource)
+    (rows_frame(spark, spec["rows"], spec["tasks"]).write.format("logstore_hold").option("topic", spec["topic"])
+     .option("transaction.timeout.ms", str(spec["timeout_ms"])).mode("append").save(spec["path"]))
+
+
+def stream(spec: dict) -> None:
+    spark = session("local[2]")
+    frame = (spark.readStream.format("rate").option("rowsPerSecond", str(spec["rate"])).option("numPartitions", "2")
+             .load().selectExpr("CAST(value AS STRING) AS key", "CAST(CAST(value AS STRING) AS BINARY) AS value"))
+    query = (frame.writeStream.format("logstore").option("topic", spec["topic"])
+             .option("checkpointLocation", spec["checkpoint"]).trigger(processingTime="200 milliseconds")
+             .start(spec["path"]))
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    given = json.loads(sys.argv[1])
+    {"retry": retry, "hold": hold, "stream": stream}[given["mode"]](given)
