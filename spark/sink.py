@@ -10,7 +10,9 @@ moves on, as KIP-480's sticky partitioner fills a batch) and encoded natively.
 Every task attempt writes one transaction that stays open; the driver's
 commit makes all of a job's transactions visible at once, its abort leaves
 nothing visible (see sink_dir.py for the targets, logstore.dir_transactions
-for the mechanism). read_committed readers see a job whole or not at all;
+for the mechanism; sink_broker.py for a running broker, named by
+`kafka.bootstrap.servers`, through KIP-939's two-phase commit).
+read_committed readers see a job whole or not at all;
 read_uncommitted ones may see its rows before the commit, as in Kafka.
 
 Save modes: append. Spark's Kafka sink takes its default errorifexists as
@@ -37,6 +39,7 @@ from pyspark.sql.types import StructType
 
 from logstore.formats.kafka_arrow import binary_column, headers_column, partitions_for_keys
 from logstore.spark.options import OptionError
+from logstore.spark.sink_broker import BrokerTarget
 from logstore.spark.sink_dir import DirTarget, JobRef, LogstoreCommitMessage, SinkTarget
 from logstore.spark.sink_options import SinkOptions, parse_sink_options
 
@@ -49,6 +52,13 @@ def check_mode(overwrite: bool) -> None:
     if overwrite:
         raise OptionError("save mode overwrite is not allowed for logstore: a log is only appended to "
                           "(use mode('append'))")
+
+
+def make_target(options: SinkOptions) -> SinkTarget:
+    """The broker named by kafka.bootstrap.servers, else the log dir at path."""
+    if options.bootstrap:
+        return BrokerTarget(options.bootstrap, options.prefix, options.timeout_ms)
+    return DirTarget(options.path, options.timeout_ms, options.buffer_bytes)
 
 
 class Router:
@@ -82,7 +92,7 @@ class Router:
                      ) -> Iterator[tuple[str, int, pa.Array | None, pa.Array, pa.Array | None]]:
         count = self.counts.get(topic)
         if count is None:
-            raise ValueError(f"topic {topic!r} does not exist in log dir {self.options.path} "
+            raise ValueError(f"topic {topic!r} does not exist in {self.options.where} "
                              "(create it first: the sink does not create topics)")
         n = batch.num_rows
         keys = binary_column(batch.column(names["key"])) if self.options.key else None
@@ -145,17 +155,24 @@ def _messages(messages: list[WriterCommitMessage | None]) -> list[LogstoreCommit
     return [m for m in messages if isinstance(m, LogstoreCommitMessage)]
 
 
+def open_sink(options: dict[str, str], schema: StructType, overwrite: bool
+              ) -> tuple[SinkOptions, SinkTarget, dict[str, int]]:
+    """On the driver, before a job: the options checked, the target, and its topics' partition counts."""
+    check_mode(overwrite)
+    parsed = parse_sink_options(options, schema)
+    target = make_target(parsed)
+    counts = target.prepare_job()
+    if not parsed.topic_column and parsed.topic not in counts:
+        raise OptionError(f"topic {parsed.topic!r} does not exist in {parsed.where} "
+                          "(create it first: the sink does not create topics)")
+    return parsed, target, counts
+
+
 class LogstoreBatchWriter(DataSourceArrowWriter):
     """A batch write job: one id, made on the driver and carried to the tasks in this (pickled) object."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool):
-        check_mode(overwrite)
-        self.options = parse_sink_options(options, schema)
-        self.target: SinkTarget = DirTarget(self.options.path, self.options.timeout_ms, self.options.buffer_bytes)
-        self.counts = self.target.prepare_job()
-        if not self.options.topic_column and self.options.topic not in self.counts:
-            raise OptionError(f"topic {self.options.topic!r} does not exist in log dir {self.options.path} "
-                              "(create it first: the sink does not create topics)")
+        self.options, self.target, self.counts = open_sink(options, schema, overwrite)
         self.job = JobRef(uuid.uuid4().hex)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LogstoreCommitMessage:
@@ -175,13 +192,7 @@ class LogstoreStreamWriter(DataSourceStreamArrowWriter):
     """A streaming sink: each micro-batch one job, named by the query's id and the batch id."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool):
-        check_mode(overwrite)
-        self.options = parse_sink_options(options, schema)
-        self.target: SinkTarget = DirTarget(self.options.path, self.options.timeout_ms, self.options.buffer_bytes)
-        self.counts = self.target.prepare_job()
-        if not self.options.topic_column and self.options.topic not in self.counts:
-            raise OptionError(f"topic {self.options.topic!r} does not exist in log dir {self.options.path} "
-                              "(create it first: the sink does not create topics)")
+        self.options, self.target, self.counts = open_sink(options, schema, overwrite)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> LogstoreCommitMessage:
         """One task of a micro-batch."""

@@ -8,8 +8,15 @@ the log dir written into; `topic`, for rows without a `topic` column or with a
 null one; `transaction.timeout.ms` (default 60000), how long a task's
 transaction may stay open before the next writer aborts it, and how long a
 task waits for the dir; `write.buffer.bytes` (default 64 MiB), the input a task
-gathers before it takes the dir to append it. `kafka.bootstrap.servers` names the broker target,
-which is not there yet.
+gathers before it takes the dir to append it.
+
+Instead of `path`, `kafka.bootstrap.servers` names a running broker to write
+through (KIP-939 two-phase commit, see sink_broker.py); then
+`transactional.id.prefix` names the job's transactional ids (default
+`logstore-sink-<topic>`, or `logstore-sink` with a topic column), and
+`transaction.timeout.ms` is how long a dead job's prepared transactions are
+left before the next job of the prefix aborts them. Only PLAINTEXT
+listeners are reached so far (`kafka.security.protocol`).
 """
 from __future__ import annotations
 
@@ -37,20 +44,37 @@ class SinkOptions:
     topic_column: bool = False
     partition_column: bool = False
     headers: bool = False
+    bootstrap: str | None = None
+    """`kafka.bootstrap.servers`: write through this broker instead of into `path`."""
+    prefix: str = ""
+    """`transactional.id.prefix` (the broker target's)."""
+
+    @property
+    def where(self) -> str:
+        """The target, in words, for error lines."""
+        return f"broker {self.bootstrap}" if self.bootstrap else f"log dir {self.path}"
 
 
 def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOptions:
     """Check and type a write's options and input columns; OptionError names what is wrong, in one line."""
     opts = {k.lower(): v for k, v in options.items()}
-    if opts.get("kafka.bootstrap.servers"):
-        raise OptionError("writing through a broker (kafka.bootstrap.servers) is not there yet: "
-                          "write into a log dir no broker holds with option 'path' instead")
-    path = opts.get("path")
-    if not path:
-        raise OptionError("option 'path' (the log dir to write into; or .save(path)) is required")
+    bootstrap = opts.get("kafka.bootstrap.servers") or None
+    path = opts.get("path") or ""
+    if bootstrap and path:
+        raise OptionError("options 'path' and 'kafka.bootstrap.servers' name two targets: give one (a log dir no "
+                          "broker holds, or the broker that holds it)")
+    if bootstrap:
+        protocol = opts.get("kafka.security.protocol", "PLAINTEXT").upper()
+        if protocol != "PLAINTEXT":
+            raise OptionError(f"kafka.security.protocol={protocol} is not supported yet by the logstore sink "
+                              "(PLAINTEXT listeners only)")
+    elif not path:
+        raise OptionError("option 'path' (the log dir to write into; or .save(path)) or 'kafka.bootstrap.servers' "
+                          "(a broker to write through) is required")
     if "," in path or path.startswith("["):
         raise OptionError(f"option 'path' names one log dir, got {path!r}")
     topic = opts.get("topic") or None
+    prefix = opts.get("transactional.id.prefix") or (f"logstore-sink-{topic}" if topic else "logstore-sink")
     timeout = _positive(opts, "transaction.timeout.ms", DEFAULT_TIMEOUT_MS, "ms")
     buffer_bytes = _positive(opts, "write.buffer.bytes", BUFFER_BYTES, "bytes")
 
@@ -67,7 +91,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         raise OptionError("topic option required when no 'topic' attribute is present")
     return SinkOptions(path=path, topic=topic, timeout_ms=timeout, buffer_bytes=buffer_bytes, key="key" in types,
                        topic_column="topic" in types, partition_column="partition" in types,
-                       headers="headers" in types)
+                       headers="headers" in types, bootstrap=bootstrap, prefix=prefix)
 
 
 def _positive(opts: Mapping[str, str], name: str, default: int, unit: str) -> int:

@@ -14,11 +14,16 @@ Behavior:
   GROUP_AUTHORIZATION_FAILED; READ on each TOPIC, else its partitions answer
   TOPIC_AUTHORIZATION_FAILED.
 
-Version notes: v2 (Kafka 4.2) adds IsRenewAck; RENEW is honoured either way.
+Version notes: v2 (Kafka 4.2) adds IsRenewAck, and AcquisitionLockTimeoutMs to the
+response (the group's record lock duration, 0 with a request-level error);
+RENEW is honoured either way.
 """
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
+
+from kio.static.primitive import i32Timedelta
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
@@ -33,18 +38,25 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Apply the acknowledgements in the member's session."""
     version = request.version
     response = response_type(KEY, version)
+    lock_ms = 0
+
+    def answer(error: ErrorCode, message: str | None = None, topics: tuple[KioMessage, ...] = ()) -> ResponsePayload:
+        # v2's AcquisitionLockTimeoutMs: how long a RENEW acknowledgement extends the lock.
+        return build(response, throttle_time=ZERO_MS, error_code=error, error_message=message,
+                     acquisition_lock_timeout=i32Timedelta.parse(timedelta(milliseconds=lock_ms)),
+                     responses=topics, node_endpoints=())
+
     group_id = body.group_id or ""
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, group_id)
     if refused:
-        return build(response, throttle_time=ZERO_MS, error_code=refused, error_message=None, responses=(),
-                     node_endpoints=())
+        return answer(refused)
     acks = partition_acks(body.topics)
     readable, denied_ids = readable_topics(request, {a.topic_id for a in acks})
     outcome = await coordinate(request, request.broker.share.acknowledge, group_id, body.member_id or "",
                                body.share_session_epoch, [a for a in acks if a.topic_id in readable])
     if not outcome.ok:
-        return build(response, throttle_time=ZERO_MS, error_code=outcome.error, error_message=outcome.message,
-                     responses=(), node_endpoints=())
+        return answer(outcome.error, outcome.message)
+    lock_ms = int(request.broker.group_setting(group_id, "share.record.lock.duration.ms"))
     errors = outcome.result
     partition_cls = response_type(KEY, version, "PartitionData")
     leader_cls = response_type(KEY, version, "LeaderIdAndEpoch")
@@ -60,7 +72,5 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
             partition_cls, partition_index=ack.partition, error_code=error, error_message=None,
             current_leader=build(leader_cls, leader_id=NO_LEADER[0], leader_epoch=NO_LEADER[1])))
     topic_cls = response_type(KEY, version, "ShareAcknowledgeTopicResponse")
-    return build(response, throttle_time=ZERO_MS, error_code=ErrorCode.none, error_message=None,
-                 responses=tuple(build(topic_cls, topic_id=uuid.UUID(bytes=tid), partitions=tuple(parts))
-                                 for tid, parts in by_topic.items()),
-                 node_endpoints=())
+    return answer(ErrorCode.none, None, tuple(build(topic_cls, topic_id=uuid.UUID(bytes=tid), partitions=tuple(parts))
+                                              for tid, parts in by_topic.items()))

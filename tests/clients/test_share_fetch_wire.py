@@ -16,6 +16,7 @@ from pathlib import Path
 from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12.request import MetadataRequest, MetadataRequestTopic
 from kio.schema.share_acknowledge.v1 import request as ack_v1
+from kio.schema.share_acknowledge.v2 import request as ack_v2
 from kio.schema.share_fetch.v1 import request as fetch_v1
 from kio.static.primitive import i32Timedelta
 
@@ -109,6 +110,32 @@ def test_unknown_topic_ids_and_acknowledge_without_a_session(broker, topic):
     assert answer.responses[0].partitions[0].error_code == ErrorCode.unknown_topic_id
     opening = share_acknowledge(broker, group, member, 0, stranger, ((0, 0, (1,)),))
     assert opening.error_code == ErrorCode.invalid_share_session_epoch
+
+
+def test_share_acknowledge_v2_answers_the_lock_duration(broker, topic):
+    """v2's response carries AcquisitionLockTimeoutMs: the group's lock duration, 0 with a request-level error."""
+    create_topic(broker.bootstrap, topic)
+    group, member = f"{topic}-g", str(uuid.uuid4())
+    set_group_configs(broker.bootstrap, group, share_auto_offset_reset="earliest",
+                      share_record_lock_duration_ms="20000")
+    produce_values(broker.bootstrap, topic, [b"x"])
+    tid = topic_id(broker, topic)
+    assert acquired(share_fetch(broker, group, member, 0, (tid,)))[0][0] == 0
+
+    def acknowledge_v2(epoch: int):
+        return kio_round_trip(broker, 79, 2, ack_v2.ShareAcknowledgeRequest(
+            group_id=group, member_id=member, share_session_epoch=epoch, is_renew_ack=False,
+            topics=(ack_v2.AcknowledgeTopic(topic_id=tid, partitions=(ack_v2.AcknowledgePartition(
+                partition_index=0, acknowledgement_batches=(ack_v2.AcknowledgementBatch(
+                    first_offset=0, last_offset=0, acknowledge_types=(1,)),)),)),)), next(_ids))
+
+    refused = acknowledge_v2(7)
+    assert (refused.error_code, refused.acquisition_lock_timeout) == (
+        ErrorCode.invalid_share_session_epoch, timedelta(0))
+    accepted = acknowledge_v2(1)
+    assert accepted.error_code == ErrorCode.none
+    assert accepted.responses[0].partitions[0].error_code == ErrorCode.none
+    assert accepted.acquisition_lock_timeout == timedelta(milliseconds=20000)
 
 
 def test_share_fetch_needs_read_on_the_topic(tmp_path):

@@ -2,9 +2,9 @@
 
 `python spark_write_driver.py SPEC_JSON`, SPEC_JSON {"mode", "path", "topic", "rows", "tasks", ...}:
 
-- `retry`: a `local[2,4]` session (4 attempts per task) writes `rows` rows in `tasks` tasks; each task's first
-  attempt raises halfway through its rows, after earlier rows were appended (small Arrow batches, a small
-  write buffer). Prints `done` once the job committed.
+- `retry`: a `local[2,4]` session (4 attempts per task) writes `rows` rows in `tasks` tasks through a sink whose
+  writer raises on each task's first attempt once half its rows went through (and were appended: small Arrow
+  batches, a smaller write buffer). Prints `done` once the job committed.
 - `hold`: writes through a sink whose driver-side commit first writes the file `signal` and then waits to be
   killed: the tasks' transactions are all prepared, none is committed.
 - `stream`: a rate source (`rate` rows/s) streams into `topic` with the checkpoint `checkpoint` until killed.
@@ -44,24 +44,40 @@ def rows_frame(spark, rows: int, tasks: int):
 
 def retry(spec: dict) -> None:
     from pyspark import TaskContext
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType
+
+    from logstore.spark.sink import LogstoreBatchWriter
+    from logstore.spark.source import LogstoreDataSource
 
     spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
     half = spec["rows"] // spec["tasks"] // 2
 
-    def fail_first_attempt(value, position):
-        # The task's row `half` raises on its first attempt: rows before it were appended already.
-        if position == half and TaskContext.get().attemptNumber() == 0:
-            raise RuntimeError("injected failure halfway through the task")
-        return value
+    class HalfFailingWriter(LogstoreBatchWriter):
+        def write(self, iterator):
+            # Inside the writer itself: the first attempt dies once its first half went through the sink, whose
+            # write buffer is smaller than one input batch, so those rows are appended (and stay open).
+            if TaskContext.get().attemptNumber() != 0:
+                return super().write(iterator)
 
-    udf = F.udf(fail_first_attempt, BinaryType())
-    frame = rows_frame(spark, spec["rows"], spec["tasks"])
-    frame = frame.withColumn("position", F.col("key").cast("long") % (spec["rows"] // spec["tasks"]))
-    (frame.withColumn("value", udf("value", "position")).drop("position")
-     .write.format("logstore").option("topic", spec["topic"]).option("write.buffer.bytes", "2000")
-     .mode("append").save(spec["path"]))
+            def first_half():
+                seen = 0
+                for batch in iterator:
+                    yield batch
+                    seen += batch.num_rows
+                    if seen >= half:
+                        raise RuntimeError("injected failure halfway through the task")
+            return super().write(first_half())
+
+    class RetryingSource(LogstoreDataSource):
+        @classmethod
+        def name(cls):
+            return "logstore_retry"
+
+        def writer(self, schema, overwrite):
+            return HalfFailingWriter(dict(self.options), schema, overwrite)
+
+    spark.dataSource.register(RetryingSource)
+    (rows_frame(spark, spec["rows"], spec["tasks"]).write.format("logstore_retry").option("topic", spec["topic"])
+     .option("write.buffer.bytes", "200").mode("append").save(spec["path"]))
     print("done", flush=True)
 
 

@@ -85,7 +85,9 @@ def test_large_and_unusable_columns():
     ({"path": "/d", "topic": "t", "transaction.timeout.ms": "0"}, [("value", StringType())],
      "transaction.timeout.ms must be at least 1"),
     ({"path": "/d", "topic": "t", "kafka.bootstrap.servers": "h:9092"}, [("value", StringType())],
-     "not there yet"),
+     "name two targets"),
+    ({"topic": "t", "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "SSL"},
+     [("value", StringType())], "kafka.security.protocol=SSL is not supported yet"),
 ])
 def test_option_errors_name_the_problem(options, fields, words):
     schema = StructType([StructField(n, t) for n, t in fields])

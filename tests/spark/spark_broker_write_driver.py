@@ -1,0 +1,109 @@
+"""A Spark driver process of its own for the broker target's tests: the jobs that need their own session or a kill.
+
+`python spark_broker_write_driver.py SPEC_JSON`, SPEC_JSON {"mode", "bootstrap", "topic", "rows", "tasks", ...}:
+
+- `retry`: a `local[2,4]` session writes `rows` rows in `tasks` tasks through the broker; each task's first
+  attempt raises halfway through its rows, after earlier rows were acknowledged. Prints `done` once committed.
+- `hold`: the driver's commit writes the file `signal` (the tasks' transactional ids) and waits to be killed:
+  every task's transaction prepared, no decision recorded.
+- `decided`: the driver records its decision, commits the first task's transaction only, writes `signal` and
+  waits to be killed.
+- `stream`: a rate source (`rate` rows/s) streams through the broker into `topic` with the checkpoint
+  `checkpoint` until killed.
+Options every mode adds: `transaction.timeout.ms` = `timeout_ms` (if given).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+from spark_write_driver import rows_frame, session
+
+
+def writer(frame, spec: dict, fmt: str = "logstore"):
+    out = frame.write.format(fmt).option("kafka.bootstrap.servers", spec["bootstrap"]).option("topic", spec["topic"])
+    if "timeout_ms" in spec:
+        out = out.option("transaction.timeout.ms", str(spec["timeout_ms"]))
+    return out.mode("append")
+
+
+def retry(spec: dict) -> None:
+    from pyspark import TaskContext
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import BinaryType
+
+    spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    half = spec["rows"] // spec["tasks"] // 2
+
+    def fail_first_attempt(value, position):
+        # The task's row `half` raises on its first attempt: rows before it were acknowledged already.
+        if position == half and TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError("injected failure halfway through the task")
+        return value
+
+    udf = F.udf(fail_first_attempt, BinaryType())
+    frame = rows_frame(spark, spec["rows"], spec["tasks"])
+    frame = frame.withColumn("position", F.col("key").cast("long") % (spec["rows"] // spec["tasks"]))
+    writer(frame.withColumn("value", udf("value", "position")).drop("position"), spec).save()
+    print("done", flush=True)
+
+
+def held(spec: dict, decided: bool) -> None:
+    from logstore.broker.txn_wire_producer import PreparedTxnState, TxnWireProducer
+    from logstore.spark.sink import LogstoreBatchWriter
+    from logstore.spark.sink_broker import COMMITTING, BrokerTarget, Decision, write_decision
+    from logstore.spark.source import LogstoreDataSource
+
+    signal = spec["signal"]
+
+    def stop_here(ids: list[str]) -> None:
+        with open(signal + ".tmp", "w") as out:
+            out.write(json.dumps(ids))
+        import os
+        os.replace(signal + ".tmp", signal)
+        time.sleep(3600)       # killed here
+
+    class HeldWriter(LogstoreBatchWriter):
+        def commit(self, messages):
+            ids = sorted(m.transactional_id for m in messages if m.producer_id is not None)
+            if not decided:
+                stop_here(ids)
+            target: BrokerTarget = self.target
+            prepared = tuple(PreparedTxnState(m.transactional_id, m.producer_id, m.producer_epoch)
+                             for m in sorted(messages, key=lambda m: m.transactional_id) if m.producer_id is not None)
+            with target._client() as client:
+                write_decision(client, Decision(target.prefix, self.job.job, COMMITTING, prepared))
+                with TxnWireProducer(target.bootstrap, client=client) as producer:
+                    producer.complete_transaction(prepared[0], True, target.timeout_ms)
+            stop_here(ids)
+
+    class HoldingSource(LogstoreDataSource):
+        @classmethod
+        def name(cls):
+            return "logstore_hold"
+
+        def writer(self, schema, overwrite):
+            return HeldWriter(dict(self.options), schema, overwrite)
+
+    spark = session("local[2]")
+    spark.dataSource.register(HoldingSource)
+    writer(rows_frame(spark, spec["rows"], spec["tasks"]), spec, "logstore_hold").save()
+
+
+def stream(spec: dict) -> None:
+    spark = session("local[2]")
+    frame = (spark.readStream.format("rate").option("rowsPerSecond", str(spec["rate"])).option("numPartitions", "2")
+             .load().selectExpr("CAST(value AS STRING) AS key", "CAST(CAST(value AS STRING) AS BINARY) AS value"))
+    query = (frame.writeStream.format("logstore").option("kafka.bootstrap.servers", spec["bootstrap"])
+             .option("topic", spec["topic"]).option("checkpointLocation", spec["checkpoint"])
+             .trigger(processingTime="200 milliseconds").start())
+    query.awaitTermination()
+
+
+if __name__ == "__main__":
+    given = json.loads(sys.argv[1])
+    if given["mode"] in ("hold", "decided"):
+        held(given, given["mode"] == "decided")
+    else:
+        {"retry": retry, "stream": stream}[given["mode"]](given)
