@@ -3,7 +3,7 @@
 `python spark_broker_write_driver.py SPEC_JSON`, SPEC_JSON {"mode", "bootstrap", "topic", "rows", "tasks", ...}:
 
 - `retry`: a `local[2,4]` session writes `rows` rows in `tasks` tasks through the broker; each task's first
-  attempt raises halfway through its rows, after earlier rows were acknowledged. Prints `done` once committed.
+  attempt's writer raises once half its rows were sent and acknowledged. Prints `done` once committed.
 - `hold`: the driver's commit writes the file `signal` (the tasks' transactional ids) and waits to be killed:
   every task's transaction prepared, no decision recorded.
 - `decided`: the driver records its decision, commits the first task's transaction only, writes `signal` and
@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from spark_write_driver import rows_frame, session
+from spark_write_driver import half_failing_source, rows_frame, session
 
 
 def writer(frame, spec: dict, fmt: str = "logstore"):
@@ -29,23 +29,9 @@ def writer(frame, spec: dict, fmt: str = "logstore"):
 
 
 def retry(spec: dict) -> None:
-    from pyspark import TaskContext
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import BinaryType
-
     spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
-    half = spec["rows"] // spec["tasks"] // 2
-
-    def fail_first_attempt(value, position):
-        # The task's row `half` raises on its first attempt: rows before it were acknowledged already.
-        if position == half and TaskContext.get().attemptNumber() == 0:
-            raise RuntimeError("injected failure halfway through the task")
-        return value
-
-    udf = F.udf(fail_first_attempt, BinaryType())
-    frame = rows_frame(spark, spec["rows"], spec["tasks"])
-    frame = frame.withColumn("position", F.col("key").cast("long") % (spec["rows"] // spec["tasks"]))
-    writer(frame.withColumn("value", udf("value", "position")).drop("position"), spec).save()
+    spark.dataSource.register(half_failing_source(spec["rows"] // spec["tasks"] // 2))
+    writer(rows_frame(spark, spec["rows"], spec["tasks"]), spec, "logstore_retry").save()
     print("done", flush=True)
 
 

@@ -42,19 +42,17 @@ def rows_frame(spark, rows: int, tasks: int):
         "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
 
 
-def retry(spec: dict) -> None:
+def half_failing_source(half: int):
+    """A `logstore_retry` data source whose writer raises on each task's first attempt once `half` of its rows
+    went through the sink (whose small write buffer has appended or sent them by then)."""
     from pyspark import TaskContext
 
     from logstore.spark.sink import LogstoreBatchWriter
     from logstore.spark.source import LogstoreDataSource
 
-    spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
-    half = spec["rows"] // spec["tasks"] // 2
-
     class HalfFailingWriter(LogstoreBatchWriter):
         def write(self, iterator):
-            # Inside the writer itself: the first attempt dies once its first half went through the sink, whose
-            # write buffer is smaller than one input batch, so those rows are appended (and stay open).
+            # Inside the writer itself, not in an operator before it (whose failure may come first).
             if TaskContext.get().attemptNumber() != 0:
                 return super().write(iterator)
 
@@ -75,7 +73,12 @@ def retry(spec: dict) -> None:
         def writer(self, schema, overwrite):
             return HalfFailingWriter(dict(self.options), schema, overwrite)
 
-    spark.dataSource.register(RetryingSource)
+    return RetryingSource
+
+
+def retry(spec: dict) -> None:
+    spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    spark.dataSource.register(half_failing_source(spec["rows"] // spec["tasks"] // 2))
     (rows_frame(spark, spec["rows"], spec["tasks"]).write.format("logstore_retry").option("topic", spec["topic"])
      .option("write.buffer.bytes", "200").mode("append").save(spec["path"]))
     print("done", flush=True)

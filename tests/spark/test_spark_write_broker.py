@@ -261,6 +261,8 @@ def test_a_task_failing_halfway_is_retried_and_its_rows_land_once(tmp_path, two_
     assert out.split() == ["done"], tmp_path
     assert_each_row_once(two_phase.bootstrap, "orders", 2000, 4)
     assert open_ids(two_phase, "logstore-sink-orders-") == []
+    # The failed attempts wrote before they died: their aborted rows are in the log, beside the committed ones.
+    assert sum(len(rows) for rows in read_all(two_phase.bootstrap, "orders", 4, "read_uncommitted").values()) > 2000
 
 
 def test_driver_killed_before_commit_shows_nothing_then_a_rerun_writes_once(spark, tmp_path, two_phase):
