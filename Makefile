@@ -90,6 +90,7 @@ bench: build bench-tools
 	$(BIN)/python bench/groups_broker_report.py .benchmarks/broker_groups.json
 	$(BENCH) bench/test_spark.py --benchmark-json=.benchmarks/spark.json
 	$(BIN)/python bench/spark_report.py .benchmarks/spark.json
+	$(BIN)/python bench/spark_write.py --data-root /dev/shm
 	$(BENCH) bench/test_embedded.py --benchmark-json=.benchmarks/embedded.json
 	$(BIN)/python bench/embedded_report.py .benchmarks/embedded.json
 	$(BENCH) bench/test_assignors.py --benchmark-json=.benchmarks/assignors.json

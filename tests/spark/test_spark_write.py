@@ -9,10 +9,6 @@ of their own (task retries, a driver SIGKILLed before its commit) run in
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,12 +16,12 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 import logstore
+from driver_processes import TIMEOUT, kill, kill_streams, run_driver
 from logstore.dir_transactions import DirTransactions, hold_dir
 from logstore.read_committed import READ_COMMITTED
 from logstore.reader import StoreView
 
 DRIVER = Path(__file__).with_name("spark_write_driver.py")
-TIMEOUT = 240.0  # s: a bound on a child driver's whole run (its session starts in ~15 s)
 
 
 def make_topic(path: Path, topic: str, partitions: int) -> None:
@@ -169,26 +165,12 @@ def test_option_and_mode_errors_are_one_readable_line(spark, tmp_path):
 
 # -- jobs in a driver process of their own --------------------------------------------------------------------
 
-def run_driver(tmp_path: Path, spec: dict, **kwargs) -> subprocess.Popen:
-    """spark_write_driver.py in a process group of its own (its JVM and Python workers die with it)."""
-    log = open(tmp_path / f"driver-{spec['mode']}-{time.monotonic_ns()}.log", "wb")
-    return subprocess.Popen([sys.executable, str(DRIVER), json.dumps(spec)], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=log, start_new_session=True, text=True, **kwargs)
-
-
-def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL a driver's whole process group and reap it."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    proc.stdout.close()
-
-
 def test_a_task_failing_halfway_is_retried_and_its_rows_land_once(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
     make_topic(data, "orders", 4)
-    proc = run_driver(tmp_path, {"mode": "retry", "path": str(data), "topic": "orders", "rows": 2000, "tasks": 8})
+    spec = {"mode": "retry", "path": str(data), "topic": "orders", "rows": 2000, "tasks": 8}
+    proc = run_driver(DRIVER, tmp_path, spec)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     finally:
@@ -207,7 +189,7 @@ def test_driver_killed_before_commit_shows_nothing_then_a_rerun_writes_once(spar
     make_topic(data, "orders", 4)
     signal_file = tmp_path / "committing"
     timeout_ms = 3000
-    proc = run_driver(tmp_path, {"mode": "hold", "path": str(data), "topic": "orders", "rows": 1000, "tasks": 4,
+    proc = run_driver(DRIVER, tmp_path, {"mode": "hold", "path": str(data), "topic": "orders", "rows": 1000, "tasks": 4,
                                  "signal": str(signal_file), "timeout_ms": timeout_ms})
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -247,18 +229,7 @@ def test_stream_killed_and_restarted_writes_each_row_once(tmp_path, kills):
     make_topic(data, "ticks", 3)
     spec = {"mode": "stream", "path": str(data), "topic": "ticks", "rate": 200,
             "checkpoint": str(tmp_path / "checkpoint")}
-    for _ in range(kills + 1):
-        before = committed_batch(data)
-        proc = run_driver(tmp_path, spec)
-        try:
-            deadline = time.monotonic() + TIMEOUT
-            # Killed once it committed a batch of its own: the kill lands anywhere in the next one.
-            while committed_batch(data) < before + 1:
-                assert proc.poll() is None, "the streaming driver exited"
-                assert time.monotonic() < deadline, "the streaming driver committed nothing"
-                time.sleep(0.1)
-        finally:
-            kill(proc)
+    kill_streams(DRIVER, tmp_path, spec, lambda: committed_batch(data), kills)
     values = [int(v) for recs in committed(data, "ticks").values() for _, v, _ in recs]
     assert len(values) == len(set(values)), "a row was committed twice"
     # Micro-batches commit in order, each a range of the rate source's rows: together a prefix of them.

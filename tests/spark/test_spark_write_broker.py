@@ -12,8 +12,6 @@ tested against the same real broker.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
+from driver_processes import TIMEOUT, kill, kill_streams, run_driver
 from logstore.broker.admin_client import AdminClient
 from logstore.broker.txn_wire_producer import TxnProducerError, TxnWireProducer
 from logstore.formats.kafka_arrow import encode_arrow
@@ -31,7 +30,6 @@ from txn_checker import stable_offsets
 from txn_helpers import create_topic
 
 DRIVER = Path(__file__).with_name("spark_broker_write_driver.py")
-TIMEOUT = 240.0   # s: a bound on a child driver's whole run
 TWO_PHASE = "transaction.two.phase.commit.enable=true"
 
 
@@ -225,21 +223,6 @@ def test_wire_producer_without_two_phase_commit_names_the_setting(start_broker):
 
 # -- jobs in a driver process of their own --------------------------------------------------------------------
 
-def run_driver(tmp_path: Path, spec: dict) -> subprocess.Popen:
-    """spark_broker_write_driver.py in a process group of its own (its JVM and Python workers die with it)."""
-    log = open(tmp_path / f"driver-{spec['mode']}-{time.monotonic_ns()}.log", "wb")
-    return subprocess.Popen([sys.executable, str(DRIVER), json.dumps(spec)], cwd=DRIVER.parent,
-                            stdout=subprocess.PIPE, stderr=log, start_new_session=True, text=True)
-
-
-def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL a driver's whole process group and reap it."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait(30)
-    proc.stdout.close()
-
-
 def wait_for(proc: subprocess.Popen, path: Path) -> list[str]:
     """The driver's signal file once written (the driver still running): the transactional ids it names."""
     deadline = time.monotonic() + TIMEOUT
@@ -252,8 +235,8 @@ def wait_for(proc: subprocess.Popen, path: Path) -> list[str]:
 
 def test_a_task_failing_halfway_is_retried_and_its_rows_land_once(tmp_path, two_phase):
     create_topic(two_phase.bootstrap, "orders", 4)
-    proc = run_driver(tmp_path, {"mode": "retry", "bootstrap": two_phase.bootstrap, "topic": "orders", "rows": 2000,
-                                 "tasks": 8})
+    spec = {"mode": "retry", "bootstrap": two_phase.bootstrap, "topic": "orders", "rows": 2000, "tasks": 8}
+    proc = run_driver(DRIVER, tmp_path, spec)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
     finally:
@@ -269,7 +252,7 @@ def test_driver_killed_before_commit_shows_nothing_then_a_rerun_writes_once(spar
     bootstrap = two_phase.bootstrap
     create_topic(bootstrap, "orders", 4)
     timeout_ms = 3000
-    proc = run_driver(tmp_path, {"mode": "hold", "bootstrap": bootstrap, "topic": "orders", "rows": 1000,
+    proc = run_driver(DRIVER, tmp_path, {"mode": "hold", "bootstrap": bootstrap, "topic": "orders", "rows": 1000,
                                  "tasks": 4, "signal": str(tmp_path / "committing"), "timeout_ms": timeout_ms})
     try:
         prepared = wait_for(proc, tmp_path / "committing")
@@ -293,7 +276,7 @@ def test_driver_killed_before_commit_shows_nothing_then_a_rerun_writes_once(spar
 def test_driver_killed_after_its_decision_is_finished_by_the_next_run(spark, tmp_path, two_phase):
     bootstrap = two_phase.bootstrap
     create_topic(bootstrap, "orders", 4)
-    proc = run_driver(tmp_path, {"mode": "decided", "bootstrap": bootstrap, "topic": "orders", "rows": 1000,
+    proc = run_driver(DRIVER, tmp_path, {"mode": "decided", "bootstrap": bootstrap, "topic": "orders", "rows": 1000,
                                  "tasks": 4, "signal": str(tmp_path / "decided")})
     try:
         prepared = wait_for(proc, tmp_path / "decided")
@@ -326,18 +309,7 @@ def test_stream_killed_and_restarted_writes_each_row_once(tmp_path, two_phase):
     create_topic(bootstrap, "ticks", 3)
     spec = {"mode": "stream", "bootstrap": bootstrap, "topic": "ticks", "rate": 200,
             "checkpoint": str(tmp_path / "checkpoint")}
-    for _ in range(3):
-        before = committed_batch(bootstrap)
-        proc = run_driver(tmp_path, spec)
-        try:
-            deadline = time.monotonic() + TIMEOUT
-            # Killed once it committed a batch of its own: the kill lands anywhere in the next one.
-            while committed_batch(bootstrap) < before + 1:
-                assert proc.poll() is None, "the streaming driver exited"
-                assert time.monotonic() < deadline, "the streaming driver committed nothing"
-                time.sleep(0.1)
-        finally:
-            kill(proc)
+    kill_streams(DRIVER, tmp_path, spec, lambda: committed_batch(bootstrap), 2)
     values = [int(v) for recs in read_all(bootstrap, "ticks", 3).values() for _, v, _ in recs]
     assert len(values) == len(set(values)), "a row was committed twice"
     assert sorted(values) == list(range(len(values)))
