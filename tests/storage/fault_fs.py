@@ -552,7 +552,13 @@ class FaultFileSystem(OsFileSystem):
     def pread(self, fd: int, size: int, position: int) -> bytes:
         """os.pread."""
         self._alive()
-        return os.pread(fd, size, position)
+        try:
+            return os.pread(fd, size, position)
+        except OSError:
+            # The cut may close this descriptor between the check above and the read (another thread
+            # reached the crash point): then this thread too waits to be killed, as `_alive` makes it.
+            self._alive()
+            raise
 
     def listdir(self, path: str) -> list[str]:
         """os.listdir."""
