@@ -24,7 +24,7 @@ decided about it:
    the same decision on the next hold (`recover`): a marker is written only
    where the producer's transaction is still open, so redoing is harmless.
 3. `abort` writes ABORT markers for every intent of the job and removes it.
-4. `recover` (every driver hold; the broker's start may call it too) finishes
+4. `recover` (every driver hold; the broker at start and on every abort sweep) finishes
    decided jobs and aborts the intents of undecided ones whose
    `transaction.timeout.ms` passed: a job whose driver died leaves nothing open
    longer than its timeout after the next writer comes. A commit that comes
