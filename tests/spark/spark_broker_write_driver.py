@@ -18,7 +18,7 @@ import json
 import sys
 import time
 
-from spark_write_driver import half_failing_source, rows_frame, session
+from spark_write_driver import half_failing_source, rows_frame, session, source_with
 
 
 def writer(frame, spec: dict, fmt: str = "logstore"):
@@ -39,7 +39,6 @@ def held(spec: dict, decided: bool) -> None:
     from logstore.broker.txn_wire_producer import PreparedTxnState, TxnWireProducer
     from logstore.spark.sink import LogstoreBatchWriter
     from logstore.spark.sink_broker import COMMITTING, BrokerTarget, Decision, write_decision
-    from logstore.spark.source import LogstoreDataSource
 
     signal = spec["signal"]
 
@@ -64,16 +63,8 @@ def held(spec: dict, decided: bool) -> None:
                     producer.complete_transaction(prepared[0], True, target.timeout_ms)
             stop_here(ids)
 
-    class HoldingSource(LogstoreDataSource):
-        @classmethod
-        def name(cls):
-            return "logstore_hold"
-
-        def writer(self, schema, overwrite):
-            return HeldWriter(dict(self.options), schema, overwrite)
-
     spark = session("local[2]")
-    spark.dataSource.register(HoldingSource)
+    spark.dataSource.register(source_with("logstore_hold", HeldWriter))
     writer(rows_frame(spark, spec["rows"], spec["tasks"]), spec, "logstore_hold").save()
 
 

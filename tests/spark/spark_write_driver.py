@@ -42,13 +42,27 @@ def rows_frame(spark, rows: int, tasks: int):
         "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
 
 
+def source_with(name: str, writer_class):
+    """A data source named `name` whose batch writes go through `writer_class` (a LogstoreBatchWriter)."""
+    from logstore.spark.source import LogstoreDataSource
+
+    class Source(LogstoreDataSource):
+        @classmethod
+        def name(cls):
+            return name
+
+        def writer(self, schema, overwrite):
+            return writer_class(dict(self.options), schema, overwrite)
+
+    return Source
+
+
 def half_failing_source(half: int):
     """A `logstore_retry` data source whose writer raises on each task's first attempt once `half` of its rows
     went through the sink (whose small write buffer has appended or sent them by then)."""
     from pyspark import TaskContext
 
     from logstore.spark.sink import LogstoreBatchWriter
-    from logstore.spark.source import LogstoreDataSource
 
     class HalfFailingWriter(LogstoreBatchWriter):
         def write(self, iterator):
@@ -65,15 +79,7 @@ def half_failing_source(half: int):
                         raise RuntimeError("injected failure halfway through the task")
             return super().write(first_half())
 
-    class RetryingSource(LogstoreDataSource):
-        @classmethod
-        def name(cls):
-            return "logstore_retry"
-
-        def writer(self, schema, overwrite):
-            return HalfFailingWriter(dict(self.options), schema, overwrite)
-
-    return RetryingSource
+    return source_with("logstore_retry", HalfFailingWriter)
 
 
 def retry(spec: dict) -> None:
@@ -86,7 +92,6 @@ def retry(spec: dict) -> None:
 
 def hold(spec: dict) -> None:
     from logstore.spark.sink import LogstoreBatchWriter
-    from logstore.spark.source import LogstoreDataSource
 
     signal = spec["signal"]
 
@@ -96,16 +101,8 @@ def hold(spec: dict) -> None:
                 out.write(json.dumps([m.producer_id for m in messages]))
             time.sleep(3600)       # killed here: every task's transaction prepared, none committed
 
-    class HoldingSource(LogstoreDataSource):
-        @classmethod
-        def name(cls):
-            return "logstore_hold"
-
-        def writer(self, schema, overwrite):
-            return HeldWriter(dict(self.options), schema, overwrite)
-
     spark = session("local[2]")
-    spark.dataSource.register(HoldingSource)
+    spark.dataSource.register(source_with("logstore_hold", HeldWriter))
     (rows_frame(spark, spec["rows"], spec["tasks"]).write.format("logstore_hold").option("topic", spec["topic"])
      .option("transaction.timeout.ms", str(spec["timeout_ms"])).mode("append").save(spec["path"]))
 
