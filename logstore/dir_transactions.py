@@ -3,13 +3,16 @@
 A log dir is held by one process at a time (dir_lock.py), so a writer with
 many processes (Spark's tasks, its driver) takes the dir in turn (`hold_dir`:
 open, work, fsync, close; a bounded wait while another holds it). There is
-no coordinator: the dir's own journal, `<log dir>/.transactions/`, makes
-every open transaction findable whatever dies when, and records what was
-decided about it:
+no coordinator: the dir's own journal, one file `<log dir>/logstore-transactions.json`,
+makes every open transaction findable whatever dies when, and records what
+was decided about it. It is a plain file beside Kafka's checkpoints because
+Kafka refuses to start on a log dir holding a directory that is not a
+topic-partition (and ignores files it does not know). It holds, rewritten
+whole and atomically by each change:
 
-    jobs/<job>/txn-<task>-<attempt>-<producer id>.json   one task attempt's transaction (an intent)
-    jobs/<job>/decision.json                             commit: the producer ids that commit
-    queries/<query>.json                                 a streaming query's last committed batch id
+    jobs.<job>.intents     each task attempt's open transaction (an intent)
+    jobs.<job>.decision    commit: the producer ids that commit (all others of the job abort)
+    queries.<query>        a streaming query's last committed batch id
 
 1. A task attempt `begin`s: a fresh producer id from the dir's allocator
    (producer_ids.py, the broker's id space), epoch 0, and its intent written
@@ -31,7 +34,7 @@ decided about it:
    after its job was aborted that way fails (INVALID_TXN_STATE) and commits nothing.
 
 A streaming micro-batch is a job named after its query and batch id; its
-commit also records the batch id in `queries/`, so a batch replayed after a
+commit also records the batch id under `queries`, so a batch replayed after a
 driver restart commits nothing (its new transactions are aborted), and a task
 of it writes nothing. A batch job's commit decision is kept an hour after it
 is finished, so a task attempt that starts late writes nothing; after that
@@ -43,7 +46,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
@@ -53,13 +55,11 @@ from logstore.errors import InvalidTxnStateError, LogDirLockedError, UnknownTopi
 from logstore.manager import LogManager
 from logstore.producer_ids import ProducerIdAllocator
 
-JOURNAL_DIR = ".transactions"
-DECISION = "decision.json"
+JOURNAL_FILE = "logstore-transactions.json"
 DEFAULT_TIMEOUT_MS = 60_000
 KEEP_DECIDED_MS = 3_600_000
 """How long a finished commit decision stays (ms): late task attempts of the job then write nothing."""
-_VERSION = 1
-_SAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_VERSION = 2
 
 
 class TransactionTimedOutError(InvalidTxnStateError):
@@ -85,11 +85,6 @@ class TxnIntent:
     query: str | None = None
     batch: int | None = None
 
-    @property
-    def file_name(self) -> str:
-        """Its journal file's name in the job's directory."""
-        return f"txn-{self.task}-{self.attempt}-{self.producer_id}.json"
-
     def expired(self, now_ms: int) -> bool:
         """Whether its transaction.timeout.ms has passed."""
         return now_ms >= self.start_ms + self.timeout_ms
@@ -106,6 +101,14 @@ class Decision:
 
 
 @dataclass
+class _Job:
+    """A job's entry in the journal."""
+
+    intents: list[TxnIntent] = field(default_factory=list)
+    decision: Decision | None = None
+
+
+@dataclass
 class Recovered:
     """What one `recover` pass finished: transactions committed and aborted, jobs whose decision was pruned."""
 
@@ -113,11 +116,6 @@ class Recovered:
     aborted: int = 0
     pruned: int = 0
     jobs: list[str] = field(default_factory=list)
-
-
-def job_name(text: str) -> str:
-    """A job or query id as a file name (anything but letters, digits, `_.-` replaced)."""
-    return _SAFE.sub("_", text)[:200]
 
 
 @contextlib.contextmanager
@@ -152,7 +150,9 @@ class DirTransactions:
     def __init__(self, store: LogManager):
         self.store = store
         self.fs = store.fs
-        self.root = os.path.join(store.log_dirs[0], JOURNAL_DIR)
+        self.path = os.path.join(store.log_dirs[0], JOURNAL_FILE)
+        # The hold is exclusive, so what this process last read or wrote is what the file holds.
+        self._jobs, self._queries = self._read()
 
     # -- the task's side ---------------------------------------------------------------------
 
@@ -167,20 +167,24 @@ class DirTransactions:
         # Above every id the dir holds, as the broker's node makes sure on its start.
         ids.reserve_through(self.store.max_producer_id(scan_segments=not ids.persisted))
         intent = TxnIntent(job, task, attempt, ids.allocate(), 0, _now_ms(), timeout_ms, query=query, batch=batch)
-        self._write_intent(intent)
+        self._job(job).intents.append(intent)
+        self._write()
         return intent
 
     def extend(self, intent: TxnIntent, partitions: Collection[tuple[str, int]]) -> TxnIntent:
         """Before appending again: the transaction must still be open; `partitions` join its intent."""
-        if self._decision(intent.job) is not None or not self.fs.exists(self._intent_path(intent)):
+        intents = self._jobs[intent.job].intents if intent.job in self._jobs else []
+        current = next((i for i in intents if i.producer_id == intent.producer_id), None)
+        if self._decision(intent.job) is not None or current is None:
             raise TransactionTimedOutError(
                 f"the transaction of task {intent.task} (attempt {intent.attempt}) of job {intent.job} was "
                 f"aborted before it finished writing: transaction.timeout.ms={intent.timeout_ms} passed")
-        wanted = tuple(sorted(set(intent.partitions) | set(partitions)))
-        if wanted != intent.partitions:
-            intent = TxnIntent(**{**asdict(intent), "partitions": wanted})
-            self._write_intent(intent)
-        return intent
+        wanted = tuple(sorted(set(current.partitions) | set(partitions)))
+        if wanted != current.partitions:
+            current = TxnIntent(**{**asdict(current), "partitions": wanted})
+            intents[:] = [current if i.producer_id == current.producer_id else i for i in intents]
+            self._write()
+        return current
 
     # -- the driver's side -------------------------------------------------------------------
 
@@ -196,23 +200,28 @@ class DirTransactions:
         if decided is None:
             intents = self.intents(job)
             if query is not None and batch is not None and batch <= self.committed_batch(query):
-                self._finish(job, intents, None)
+                self._finish(job, None)
                 return 0
             missing = set(producers) - {i.producer_id for i in intents}
             if missing:
-                self._finish(job, intents, None)
+                self._finish(job, None)
                 raise TransactionTimedOutError(
                     f"job {job} cannot commit: the transactions of producers {sorted(missing)} were aborted "
                     "(transaction.timeout.ms passed before the commit)")
-            decided = Decision(tuple(sorted(producers)), _now_ms(), query, batch)
-            self._ensure_dir(self._job_dir(job))
-            write_atomically(os.path.join(self._job_dir(job), DECISION),
-                             json.dumps({"version": _VERSION, **asdict(decided)}).encode(), fs=self.fs)
-        return self._finish(job, self.intents(job), decided)
+            decided = self.decide(job, producers, query=query, batch=batch)
+        return self._finish(job, decided)
+
+    def decide(self, job: str, producers: Collection[int], *, query: str | None = None,
+               batch: int | None = None) -> Decision:
+        """Record, durably, that the job's `producers` commit: from here on it commits, whoever finishes it."""
+        decided = Decision(tuple(sorted(producers)), _now_ms(), query, batch)
+        self._job(job).decision = decided
+        self._write()
+        return decided
 
     def abort(self, job: str) -> int:
         """Abort every transaction of the job (a job already decided to commit is finished as committed instead)."""
-        return self._finish(job, self.intents(job), self._decision(job))
+        return self._finish(job, self._decision(job))
 
     def recover(self, now_ms: int | None = None) -> Recovered:
         """Finish every decided job, abort undecided ones with an expired transaction, prune old decisions."""
@@ -222,15 +231,14 @@ class DirTransactions:
             decided = self._decision(job)
             intents = self.intents(job)
             if decided is not None and intents:
-                found.committed += self._finish(job, intents, decided)
+                found.committed += self._finish(job, decided)
                 found.aborted += sum(1 for i in intents if i.producer_id not in decided.producers)
             elif decided is None and any(i.expired(now) for i in intents):
                 found.aborted += len(intents)
-                self._finish(job, intents, None)
-            elif decided is None and not intents:
-                self._remove_job(job)        # a begin that died before its intent was written
+                self._finish(job, None)
             elif decided is not None and now >= decided.time_ms + KEEP_DECIDED_MS:
-                self._remove_job(job)
+                self._jobs.pop(job)
+                self._write()
                 found.pruned += 1
                 continue
             else:
@@ -240,38 +248,21 @@ class DirTransactions:
 
     def jobs(self) -> list[str]:
         """The jobs the journal holds."""
-        try:
-            return sorted(self.fs.listdir(os.path.join(self.root, "jobs")))
-        except FileNotFoundError:
-            return []
+        return sorted(self._jobs)
 
     def intents(self, job: str) -> list[TxnIntent]:
         """The open transactions the journal holds for `job`."""
-        directory = self._job_dir(job)
-        try:
-            names = self.fs.listdir(directory)
-        except FileNotFoundError:
-            return []
-        found = []
-        for name in sorted(names):
-            if name.startswith("txn-") and name.endswith(".json"):
-                raw = json.loads(self.fs.read_file(os.path.join(directory, name)))
-                raw.pop("version", None)
-                raw["partitions"] = tuple((t, p) for t, p in raw["partitions"])
-                found.append(TxnIntent(**raw))
-        return found
+        return list(self._jobs[job].intents) if job in self._jobs else []
 
     def committed_batch(self, query: str) -> int:
         """The last batch id committed for a streaming query, -1 for none."""
-        try:
-            return int(json.loads(self.fs.read_file(self._query_path(query)))["batch"])
-        except FileNotFoundError:
-            return -1
+        return self._queries.get(query, -1)
 
     # -- mechanics ---------------------------------------------------------------------------
 
-    def _finish(self, job: str, intents: list[TxnIntent], decided: Decision | None) -> int:
+    def _finish(self, job: str, decided: Decision | None) -> int:
         """Markers for every intent (COMMIT for the decided producers), fsync, then the intents removed."""
+        intents = self.intents(job)
         committed, touched = 0, {}
         for intent in intents:
             commit = decided is not None and intent.producer_id in decided.producers
@@ -286,58 +277,42 @@ class DirTransactions:
                     touched[(topic, partition)] = log
         for log in touched.values():
             log.flush()
-        if decided is not None and decided.query is not None and decided.batch is not None \
-                and decided.batch > self.committed_batch(decided.query):
-            self._ensure_dir(os.path.dirname(self._query_path(decided.query)))
-            write_atomically(self._query_path(decided.query),
-                             json.dumps({"version": _VERSION, "batch": decided.batch}).encode(), fs=self.fs)
-        directory = self._job_dir(job)
-        for intent in intents:
-            self.fs.unlink(os.path.join(directory, intent.file_name))
+        if decided is not None and decided.query is not None and decided.batch is not None:
+            self._queries[decided.query] = max(decided.batch, self.committed_batch(decided.query))
         if decided is None or decided.query is not None:
             # A streaming batch's record is its query's last batch id: its decision need not stay.
-            self._remove_job(job)
-        elif intents:
-            self.fs.fsync_dir(directory)
+            self._jobs.pop(job, None)
+        else:
+            self._job(job).intents = []
+        self._write()
         return committed
 
     def _decision(self, job: str) -> Decision | None:
+        return self._jobs[job].decision if job in self._jobs else None
+
+    def _job(self, job: str) -> _Job:
+        return self._jobs.setdefault(job, _Job())
+
+    def _read(self) -> tuple[dict[str, _Job], dict[str, int]]:
         try:
-            raw = json.loads(self.fs.read_file(os.path.join(self._job_dir(job), DECISION)))
+            raw = json.loads(self.fs.read_file(self.path))
         except FileNotFoundError:
-            return None
-        raw.pop("version", None)
-        raw["producers"] = tuple(raw["producers"])
-        return Decision(**raw)
+            return {}, {}
+        jobs = {}
+        for job, entry in raw["jobs"].items():
+            intents = [TxnIntent(**{**i, "partitions": tuple((t, p) for t, p in i["partitions"])})
+                       for i in entry["intents"]]
+            decision = entry["decision"]
+            jobs[job] = _Job(intents, None if decision is None else
+                             Decision(**{**decision, "producers": tuple(decision["producers"])}))
+        return jobs, {q: int(b) for q, b in raw["queries"].items()}
 
-    def _write_intent(self, intent: TxnIntent) -> None:
-        directory = self._job_dir(intent.job)
-        self._ensure_dir(directory)
-        write_atomically(os.path.join(directory, intent.file_name),
-                         json.dumps({"version": _VERSION, **asdict(intent)}).encode(), fs=self.fs)
-
-    def _intent_path(self, intent: TxnIntent) -> str:
-        return os.path.join(self._job_dir(intent.job), intent.file_name)
-
-    def _job_dir(self, job: str) -> str:
-        return os.path.join(self.root, "jobs", job_name(job))
-
-    def _query_path(self, query: str) -> str:
-        return os.path.join(self.root, "queries", job_name(query) + ".json")
-
-    def _ensure_dir(self, directory: str) -> None:
-        if self.fs.isdir(directory):
-            return
-        self._ensure_dir(os.path.dirname(directory))
-        self.fs.makedirs(directory, exist_ok=True)
-        # The new name must survive a power cut before any file in it is trusted.
-        self.fs.fsync_dir(os.path.dirname(directory))
-
-    def _remove_job(self, job: str) -> None:
-        directory = self._job_dir(job)
-        if self.fs.isdir(directory):
-            self.fs.rmtree(directory)
-            self.fs.fsync_dir(os.path.dirname(directory))
+    def _write(self) -> None:
+        jobs = {job: {"intents": [asdict(i) for i in entry.intents],
+                      "decision": None if entry.decision is None else asdict(entry.decision)}
+                for job, entry in self._jobs.items() if entry.intents or entry.decision is not None}
+        document = {"version": _VERSION, "jobs": jobs, "queries": self._queries}
+        write_atomically(self.path, json.dumps(document, indent=1).encode(), fs=self.fs)
 
 
 def recover_dir_transactions(store: LogManager) -> Recovered:

@@ -3,14 +3,11 @@ decided job's rows become visible, an undecided one whose timeout passed is abor
 is not held back by either; read with a read_committed confluent-kafka consumer."""
 from __future__ import annotations
 
-import json
-import os
-
 import pyarrow as pa
 
 import logstore
 from broker_process import BrokerProcess, finish_brokers, free_port
-from logstore.dir_transactions import DECISION, DirTransactions, hold_dir
+from logstore.dir_transactions import DirTransactions, hold_dir
 from logstore.dir_writer import DirTaskWriter, JobTask
 from txn_checker import read_until, stable_offsets
 
@@ -32,8 +29,7 @@ def test_the_broker_finishes_decided_jobs_and_aborts_expired_ones(tmp_path):
     write(data, "dead-job", [b"dropped"], 1)
     with hold_dir(str(data), 5) as store:
         # What a driver killed right after recording its commit decision leaves: the decision, no marker.
-        with open(os.path.join(DirTransactions(store).root, "jobs", "decided-job", DECISION), "w") as out:
-            json.dump({"version": 1, "producers": [decided.producer_id], "time_ms": decided.start_ms}, out)
+        DirTransactions(store).decide("decided-job", [decided.producer_id])
     broker = BrokerProcess("127.0.0.1", free_port(), data)
     try:
         broker.start()

@@ -17,7 +17,7 @@ from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 import logstore
 from driver_processes import TIMEOUT, kill, kill_streams, run_driver
-from logstore.dir_transactions import DirTransactions, hold_dir
+from logstore.dir_transactions import JOURNAL_FILE, DirTransactions, hold_dir
 from logstore.read_committed import READ_COMMITTED
 from logstore.reader import StoreView
 
@@ -217,9 +217,9 @@ def test_driver_killed_before_commit_shows_nothing_then_a_rerun_writes_once(spar
 
 def committed_batch(path: Path) -> int:
     """The last micro-batch the streaming query committed into the dir (-1 for none), read from its journal."""
-    queries = path / ".transactions" / "queries"
-    files = list(queries.glob("*.json")) if queries.is_dir() else []
-    return max((json.loads(f.read_text())["batch"] for f in files), default=-1)
+    journal = path / JOURNAL_FILE
+    queries = json.loads(journal.read_text())["queries"] if journal.exists() else {}
+    return max(queries.values(), default=-1)
 
 
 @pytest.mark.parametrize("kills", [2, pytest.param(5, marks=pytest.mark.soak)])

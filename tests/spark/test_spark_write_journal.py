@@ -2,14 +2,14 @@
 deciding, redoing and timing out transactions in a real log dir."""
 from __future__ import annotations
 
-import json
 import os
+import re
 
 import pyarrow as pa
 import pytest
 
 import logstore
-from logstore.dir_transactions import DECISION, DirTransactions, TransactionTimedOutError, hold_dir
+from logstore.dir_transactions import JOURNAL_FILE, DirTransactions, TransactionTimedOutError, hold_dir
 from logstore.dir_writer import DirTaskWriter, JobTask
 from logstore.read_committed import READ_COMMITTED
 
@@ -54,11 +54,8 @@ def test_a_decision_interrupted_after_its_record_is_finished_by_the_next_holder(
     intent = write(path, "job", 0, 0, [b"x"])
     aborted = write(path, "job", 1, 0, [b"y"])
     with hold_dir(str(path), 5) as store:
-        journal = DirTransactions(store)
         # What a driver killed right after recording its decision leaves: the decision, no marker.
-        directory = os.path.join(journal.root, "jobs", "job")
-        with open(os.path.join(directory, DECISION), "w") as out:
-            json.dump({"version": 1, "producers": [intent.producer_id], "time_ms": 0}, out)
+        DirTransactions(store).decide("job", [intent.producer_id])
     with hold_dir(str(path), 5) as store:
         found = DirTransactions(store).recover()
     assert (found.committed, found.aborted) == (1, 1) and aborted is not None
@@ -104,3 +101,17 @@ def test_producer_ids_continue_above_the_broker_allocators_file(path):
     intent = write(path, "job", 0, 0, [b"x"])
     assert intent.producer_id > taken
     assert ProducerIdAllocator(str(path)).allocate() > intent.producer_id
+
+
+def test_the_journal_leaves_the_dir_one_kafka_can_open(path):
+    """Kafka's log manager stops on any directory of a log dir not named like `<topic>-<partition>`."""
+    done = write(path, "job", 0, 0, [b"a"])
+    write(path, "open-job", 0, 0, [b"b"])
+    with hold_dir(str(path), 5) as store:
+        DirTransactions(store).commit("job", [done.producer_id])
+        assert DirTransactions(store).jobs() == ["job", "open-job"]
+    entries = sorted(os.listdir(path))
+    assert JOURNAL_FILE in entries
+    directories = [e for e in entries if (path / e).is_dir()]
+    assert directories == ["t-0"]
+    assert all(re.fullmatch(r".+-\d+", d) for d in directories)
