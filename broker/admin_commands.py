@@ -80,9 +80,13 @@ def _add_transactions(commands: _Commands[P]) -> None:
     producers.add_argument("--topic", required=True)
     producers.add_argument("--partition", required=True, type=int)
     abort = actions.add_parser("abort", parents=[common],
-                               help="abort a hanging transaction (requires CLUSTER_ACTION on the cluster)")
-    abort.add_argument("--topic", required=True)
-    abort.add_argument("--partition", required=True, type=int)
+                               help="abort a hanging transaction (requires CLUSTER_ACTION on the cluster), or "
+                                    "the open transaction of a transactional id (a prepared 2PC one included)")
+    abort.add_argument("--transactional-id", metavar="ID",
+                       help="instead of --topic/--partition: abort this id's open transaction through its "
+                            "coordinator, fencing its producer (as force-terminate)")
+    abort.add_argument("--topic")
+    abort.add_argument("--partition", type=int)
     abort.add_argument("--start-offset", type=int, metavar="OFFSET",
                        help="the first offset of the transaction to abort (its producer is looked up)")
     abort.add_argument("--producer-id", type=int, metavar="ID", help="instead of --start-offset: the producer id")

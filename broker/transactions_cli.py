@@ -18,7 +18,11 @@ every partition.
   coordinator epoch, 0 if it has none); then an ABORT marker is written into
   the partition with WriteTxnMarkers (which needs CLUSTER_ACTION on the
   cluster). A negative --coordinator-epoch is sent as 0, as Kafka's tool
-  does. Prints nothing.
+  does. Prints nothing. `abort --transactional-id ID` instead ends the
+  open transaction of that id through its coordinator, as force-terminate
+  does: the way to end a prepared two-phase-commit transaction (KIP-939),
+  which its coordinator never times out and whose partitions it still
+  tracks, so markers written past it would leave it listed as open.
 - `force-terminate --transactional-id ID`: Kafka's
   Admin.forceTerminateTransaction (fenceProducers): InitProducerId for the id
   with its current transaction timeout, which bumps its producer's epoch
@@ -59,7 +63,7 @@ epoch, durations in ms except where named):
                                                   "startOffset": int, "lastTimestamp": int,
                                                   "durationMinutes": int}]}
     abort:              {"topic": str, "partition": int, "producerId": int, "producerEpoch": int,
-                         "coordinatorEpoch": int}
+                         "coordinatorEpoch": int}  (with --transactional-id: as force-terminate)
     force-terminate:    {"transactionalId": str, "producerId": int, "producerEpoch": int}
 
 Exit status: 0 done; 1 the broker answered with an error (its Kafka name
@@ -334,6 +338,8 @@ def _abort_spec(client: AdminClient, args: argparse.Namespace) -> tuple[int, int
 
 
 def _abort(client: AdminClient, args: argparse.Namespace, out: TextIO) -> int:
+    if args.transactional_id is not None:
+        return _force_terminate(client, args, out)
     producer_id, epoch, coordinator_epoch = _abort_spec(client, args)
     response: WriteTxnMarkersResponse = client.request(WriteTxnMarkersRequest(markers=(WritableTxnMarker(
         producer_id=ProducerId(producer_id), producer_epoch=i16(epoch), transaction_result=False,
@@ -394,7 +400,17 @@ def _check_arguments(args: argparse.Namespace) -> None:
         if args.max_transaction_timeout < 0:
             raise UsageError(f"find-hanging: --max-transaction-timeout must be >= 0 minutes, "
                              f"not {args.max_transaction_timeout}")
-    if args.transactions_command == "abort":
+    if args.transactions_command == "abort" and args.transactional_id is not None:
+        given = [flag for flag, value in (("--topic", args.topic), ("--partition", args.partition),
+                                          ("--start-offset", args.start_offset), ("--producer-id", args.producer_id),
+                                          ("--producer-epoch", args.producer_epoch),
+                                          ("--coordinator-epoch", args.coordinator_epoch)) if value is not None]
+        if given:
+            raise UsageError(f"abort: --transactional-id names the transaction by itself, without {given[0]}")
+    elif args.transactions_command == "abort":
+        for flag, value in (("--topic", args.topic), ("--partition", args.partition)):
+            if value is None:
+                raise UsageError(f"abort: Missing required argument {flag} (or give --transactional-id)")
         by_producer = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
         if args.start_offset is None and args.producer_id is None:
             raise UsageError("abort: The transaction to abort must be identified either with --start-offset (for "

@@ -190,6 +190,10 @@ def test_abort_needs_a_transaction_to_name(hanging):
                                                                              "--coordinator-epoch")]:
         one_line_error(cli(broker, "transactions", "abort", "--topic", "hangs", "--partition", "0", *args), 2,
                        fragment)
+    one_line_error(cli(broker, "transactions", "abort", "--partition", "0", "--start-offset", "1"), 2,
+                   "Missing required argument --topic (or give --transactional-id)")
+    one_line_error(cli(broker, "transactions", "abort", "--transactional-id", "app", "--topic", "hangs"), 2,
+                   "--transactional-id names the transaction by itself, without --topic")
 
 
 def test_abort_in_consumer_offsets_drops_the_transactions_pending_offsets(start_broker_for_offsets):

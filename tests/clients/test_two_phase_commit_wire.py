@@ -203,7 +203,8 @@ def transactions_cli(broker, *args: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_the_transactions_tool_lists_describes_and_force_terminates_a_prepared_transaction(start_broker, topic):
+@pytest.mark.parametrize("command", ["force-terminate", "abort"])
+def test_the_transactions_tool_lists_describes_and_ends_a_prepared_transaction(start_broker, topic, command):
     broker = start_broker(TWO_PHASE, SWEEP)
     create_topic(broker.bootstrap, topic, 2)
     transactional_id = f"{topic}-id"
@@ -216,7 +217,7 @@ def test_the_transactions_tool_lists_describes_and_force_terminates_a_prepared_t
     described = transactions_cli(broker, "describe", "--transactional-id", transactional_id)
     assert (described["transactionState"], described["transactionTimeoutMs"]) == ("Ongoing", 2_147_483_647)
     assert sorted((t["topic"], t["partition"]) for t in described["topicPartitions"]) == [(topic, 0), (topic, 1)]
-    ended = transactions_cli(broker, "force-terminate", "--transactional-id", transactional_id)
+    ended = transactions_cli(broker, command, "--transactional-id", transactional_id)
     assert ended["producerEpoch"] > first.epoch
     assert all(lso == hw for lso, hw in stable_offsets(broker.bootstrap, topic, [0, 1]).values())
     after = transactions_cli(broker, "describe", "--transactional-id", transactional_id)
