@@ -1,15 +1,18 @@
 """New partition directories, for a topic created or grown, and the topic ids a crash kept them from.
 
-The directories are made in partition order, each with its
-`partition.metadata` and its opened log (segment, indexes, empty producer
-state), and one fsync of each log dir makes their names durable together.
-A failure part-way removes every directory made (`remove_partitions`), so
-nothing half-made stays visible while the store runs. A crash part-way (a
-SIGKILL, a power cut) leaves a prefix of the new partitions: the store loads
-them as a topic that grew less far, and the client that got no answer asks
-again. The last of them may lack its `partition.metadata`; the next open
-writes it with the topic's id (`write_missing_metadata`), as Kafka writes a
-missing one with the id its metadata knows.
+The directories are made in partition order; then each one's
+`partition.metadata` is written and made durable, side by side in threads
+(each needs two fsyncs, and the file system commits concurrent fsyncs
+together: a thousand partitions take well under a second instead of
+seconds), then each log opened (segment, indexes, empty producer state), and
+one fsync of each log dir makes their names durable together. A failure
+part-way removes every directory made (`remove_partitions`), so nothing
+half-made stays visible while the store runs. A crash part-way (a SIGKILL, a
+power cut) leaves a prefix of the new partitions: the store loads them as a
+topic that grew less far, and the client that got no answer asks again. Some
+of them may lack their `partition.metadata`; the next open writes it with the
+topic's id (`write_missing_metadata`), as Kafka writes a missing one with the
+id its metadata knows.
 
 `LogManager` calls these under its lock and publishes the opened logs in one step.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from logstore.checkpoints import PARTITION_METADATA, write_partition_metadata
@@ -33,6 +37,8 @@ log = logging.getLogger(__name__)
 __all__ = ["make_partitions", "remove_partitions", "write_missing_metadata"]
 
 PartitionKey = tuple[str, int]
+SYNC_THREADS = 32
+"""Partitions made durable at once: enough for the file system to commit their fsyncs in a few groups."""
 
 
 def make_partitions(fs: FileSystem, name: str, partitions: Iterable[int], topic_id: bytes,
@@ -51,8 +57,10 @@ def make_partitions(fs: FileSystem, name: str, partitions: Iterable[int], topic_
             path = os.path.join(pick_dir(placed), partition_dir_name(name, partition))
             fs.makedirs(path)
             placed[(name, partition)] = path
-            write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, fs)
-            opened[(name, partition)] = open_log(path)
+        _each(lambda path: write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, fs),
+              list(placed.values()))
+        for key, path in placed.items():
+            opened[key] = open_log(path)
         # The new names are durable before the topic is: a power cut cannot take them back.
         for log_dir in sorted({os.path.dirname(path) for path in placed.values()}):
             fs.fsync_dir(log_dir)
@@ -63,6 +71,17 @@ def make_partitions(fs: FileSystem, name: str, partitions: Iterable[int], topic_
                                  "what was made is removed", exc, intact=True) from exc
         raise
     return opened
+
+
+def _each(work: Callable[[str], object], paths: list[str]) -> None:
+    """`work` on every path, in up to SYNC_THREADS threads; the first error raised once all have ended."""
+    if len(paths) <= 1:
+        for path in paths:
+            work(path)
+        return
+    with ThreadPoolExecutor(max_workers=min(SYNC_THREADS, len(paths)), thread_name_prefix="logstore-create") as pool:
+        for _ in pool.map(work, paths):
+            pass
 
 
 def write_missing_metadata(fs: FileSystem, logs: Mapping[PartitionKey, Log], topic_ids: Mapping[str, bytes]) -> int:
