@@ -44,6 +44,9 @@ class FileSystem(Protocol):
     def pread(self, fd: int, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position`."""
 
+    def preadinto(self, fd: int, buf: memoryview, position: int) -> int:
+        """Read into `buf` from `position`; the bytes read (fewer at the end of the file)."""
+
     def pwrite(self, fd: int, data: Buffer, position: int) -> int:
         """Write `data` at `position`; the bytes written."""
 
@@ -120,6 +123,10 @@ class OsFileSystem:
     def pread(self, fd: int, size: int, position: int) -> bytes:
         """Up to `size` bytes at `position`."""
         return os.pread(fd, size, position)
+
+    def preadinto(self, fd: int, buf: memoryview, position: int) -> int:
+        """Read into `buf` from `position`; the bytes read (fewer at the end of the file)."""
+        return os.preadv(fd, [buf], position)
 
     def pwrite(self, fd: int, data: Buffer, position: int) -> int:
         """Write `data` at `position`; the bytes written."""

@@ -217,9 +217,13 @@ class PartitionScan:
                      legacy: tuple[bool, bool, bool]) -> Iterator[pa.RecordBatch]:
         """Every data batch of the range, a chunk at a time in one native loop (nothing to filter by
         transaction: read_uncommitted, or no aborted transaction overlaps the range)."""
+        # One chunk buffer for the whole scan: the builder copies what it keeps, and fresh 4 MiB reads
+        # each cost their pages' faults again (a tenth of the decode's CPU).
+        chunk = memoryview(bytearray(SCAN_CHUNK_BYTES))
         for segment, position in self._segments(fmt, skip_deleted):
             while position < segment.size:
-                buf = segment.pread(min(SCAN_CHUNK_BYTES, segment.size - position), position)
+                buf: bytes | memoryview = chunk[:segment.preadinto(
+                    chunk[:min(SCAN_CHUNK_BYTES, segment.size - position)], position)]
                 pos, why = yield from self._add_chunk(builder, fmt, buf, batch_rows, legacy)
                 if why == ENTRIES_NEED_BYTES and pos == 0:
                     bounds = fmt.peek_entry(buf, 0)
@@ -231,7 +235,7 @@ class PartitionScan:
                     return
                 position += pos
 
-    def _add_chunk(self, builder: ColumnarBuilder, fmt: LogFormat, buf: bytes, batch_rows: int,
+    def _add_chunk(self, builder: ColumnarBuilder, fmt: LogFormat, buf: bytes | memoryview, batch_rows: int,
                    legacy: tuple[bool, bool, bool]) -> Generator[pa.RecordBatch, None, tuple[int, int]]:
         """Add the entries of one chunk, yielding each batch that fills up; (position, why) where it stopped."""
         pos, why = fmt.add_entries(builder, buf, 0, self.start, self.end, batch_rows)

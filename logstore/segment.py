@@ -446,6 +446,14 @@ class LogSegment:
         finally:
             self.file.release()
 
+    def preadinto(self, buf: memoryview, position: int) -> int:
+        """Fill `buf` from the `.log` at `position` (the caller keeps within the logical end); bytes read."""
+        fd = self.file.acquire()
+        try:
+            return self.fs.preadinto(fd, buf, position)
+        finally:
+            self.file.release()
+
     def read_entry(self, bounds: EntryBounds) -> bytes:
         """The whole bytes of one entry."""
         return self.pread(bounds.size, bounds.position)

@@ -560,6 +560,15 @@ class FaultFileSystem(OsFileSystem):
             self._alive()
             raise
 
+    def preadinto(self, fd: int, buf: memoryview, position: int) -> int:
+        """os.preadv."""
+        self._alive()
+        try:
+            return os.preadv(fd, [buf], position)
+        except OSError:
+            self._alive()    # as in pread
+            raise
+
     def listdir(self, path: str) -> list[str]:
         """os.listdir."""
         self._alive()
