@@ -14,6 +14,10 @@ dir holding a 4-partition topic (`logstore.open`); the sink through a running br
 out). One small write of each kind first starts Spark's Python workers (untimed). After each sink write
 (untimed) the read_committed rows it added are counted, so a fast wrong write cannot pass.
 
+Each round also prints the CPU seconds each write cost, by process (Spark's JVM, its Python workers, the
+broker; from /proc, Linux only): with `local[2]` on a 2-core machine every write is bound by CPU, so the ratio
+follows the CPU each path spends, and these say which process to look at.
+
 Durability differs: Spark's Parquet write through Hadoop's local file system never fsyncs, while the sink
 fsyncs its segments before the commit markers and the markers after. `make bench` runs this with
 `--data-root /dev/shm`, where an fsync costs next to nothing, so the ratio compares the two write paths;
@@ -114,35 +118,64 @@ def _rows_since(log_dir: Path, starts: dict[int, int]) -> int:
     return rows
 
 
-def _write(kind: str, frame, work: Path, round_no: int, broker: BrokerProcess | None, rows: int) -> float:
-    """One timed write of `frame` of `kind`: its rows/s (each sink write's rows counted afterwards)."""
+def _cpu(broker: BrokerProcess | None) -> dict[str, float]:
+    """CPU seconds (user + system) spent so far by this process's descendants: Spark's JVM, its Python workers
+    (every other process under the JVM) and the broker; {} where there is no /proc."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found: dict[int, tuple[int, str, float]] = {}
+    try:
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                with open(f"/proc/{name}/stat") as stat:
+                    line = stat.read()
+                fields = line.rsplit(")", 1)[1].split()
+                found[int(name)] = (int(fields[1]), line[line.index("(") + 1:line.rindex(")")],
+                                    (int(fields[11]) + int(fields[12])) / tick)
+    except OSError:   # no /proc, or a process ended while it was read: no split this time
+        return {}
+    mine, more = set(), {os.getpid()}
+    while more:
+        mine |= more
+        more = {pid for pid, (parent, _, _) in found.items() if parent in more} - mine
+    broker_pid = broker.proc.pid if broker is not None and broker.proc is not None else None
+    spent = {"jvm": 0.0, "python": 0.0, "broker": 0.0}
+    for pid in mine - {os.getpid()}:
+        _, command, seconds = found[pid]
+        spent["broker" if pid == broker_pid else "jvm" if command == "java" else "python"] += seconds
+    return spent
+
+
+def _write(kind: str, frame, work: Path, round_no: int, broker: BrokerProcess | None, rows: int
+           ) -> tuple[float, dict[str, float]]:
+    """One timed write of `frame` of `kind`: its rows/s and the CPU seconds it cost by process (each sink write's
+    rows counted afterwards, untimed)."""
     if kind == "parquet":
         out = work / f"parquet-{round_no}"
-        started = time.perf_counter()
+        cpu, started = _cpu(broker), time.perf_counter()
         frame.write.mode("overwrite").parquet(str(out))
-        elapsed = time.perf_counter() - started
+        elapsed, spent = time.perf_counter() - started, _cpu(broker)
         shutil.rmtree(out)
-        return rows / elapsed
+        return rows / elapsed, {k: spent[k] - cpu[k] for k in cpu if k in spent}
     if kind == "dir":
         log_dir = work / f"logdir-{round_no}"
         with logstore.open(str(log_dir)) as store:
             store.create_topic(TOPIC, PARTITIONS)
-        started = time.perf_counter()
+        cpu, started = _cpu(broker), time.perf_counter()
         frame.write.format("logstore").option("topic", TOPIC).mode("append").save(str(log_dir))
-        elapsed = time.perf_counter() - started
+        elapsed, spent = time.perf_counter() - started, _cpu(broker)
         written = _rows_since(log_dir, {})
         shutil.rmtree(log_dir)
     else:
         assert broker is not None
         starts = _committed_ends(broker.data_dir)
-        started = time.perf_counter()
+        cpu, started = _cpu(broker), time.perf_counter()
         (frame.write.format("logstore").option("kafka.bootstrap.servers", broker.bootstrap)
          .option("topic", TOPIC).mode("append").save())
-        elapsed = time.perf_counter() - started
+        elapsed, spent = time.perf_counter() - started, _cpu(broker)
         written = _rows_since(broker.data_dir, starts)
     if written != rows:
         raise SystemExit(f"{kind}: {written:,} rows read back at read_committed, {rows:,} written")
-    return rows / elapsed
+    return rows / elapsed, {k: spent[k] - cpu[k] for k in cpu if k in spent}
 
 
 def _create_broker_topic(bootstrap: str) -> None:
@@ -182,13 +215,19 @@ def main() -> None:
                 frame = _frame(spark, args.rows, args.size, args.tasks)
                 for r in range(args.rounds):
                     order = kinds[r % len(kinds):] + kinds[:r % len(kinds)]
-                    result = {kind: _write(kind, frame, work, r, broker, args.rows) for kind in order}
+                    written = {kind: _write(kind, frame, work, r, broker, args.rows) for kind in order}
+                    result = {kind: rate for kind, (rate, _) in written.items()}
                     results.append(result)
                     cells = "  ".join(
                         f"{kind} {result[kind]:>9,.0f} rows/s"
                         + ("" if kind == "parquet" else f" ({result[kind] / result['parquet']:.2f}x)")
                         for kind in kinds)
                     print(f"round {r + 1} ({', '.join(order)}): {cells}", flush=True)
+                    cpu = "  ".join(f"{kind} " + " + ".join(f"{who} {s:.2f}" for who, s in written[kind][1].items()
+                                                             if s >= 0.005 or who == "jvm")
+                                    for kind in kinds)
+                    if cpu.strip():
+                        print(f"  cpu s: {cpu}", flush=True)
             finally:
                 spark.stop()
         finally:

@@ -3,8 +3,9 @@
 The caller builds a kio request of the version it wants and gets the kio
 response of that version back; there is no ApiVersions exchange, so asking
 a version the broker does not serve ends with the broker closing the
-connection (`BrokerUnavailableError`). Requests are sent one at a time on
-one connection, to the first bootstrap address that accepts it.
+connection (`BrokerUnavailableError`). Requests go on one connection, to
+the first bootstrap address that accepts it, one at a time (`request`) or
+pipelined (`send` several, then `receive` their answers in order).
 
 Responses are read as the broker reads requests: array counts are checked
 against the frame first (`array_bounds`), so a garbled or hostile answer is
@@ -23,7 +24,7 @@ import struct
 from collections.abc import Callable
 from functools import cache
 from types import GenericAlias, UnionType
-from typing import TYPE_CHECKING, Any, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, cast
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from kio.serial.readers import Reader
     from kio.static.protocol import Entity, RequestHeader, RequestPayload, ResponseHeader, ResponsePayload
 
-__all__ = ["AdminClient", "AdminClientError", "AuthenticationError", "BrokerUnavailableError", "error_name",
+__all__ = ["AdminClient", "AdminClientError", "AuthenticationError", "BrokerUnavailableError", "Sent", "error_name",
            "parse_bootstrap"]
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -144,6 +145,14 @@ class _Buffer:
         return len(chunk)
 
 
+class Sent(NamedTuple):
+    """A request sent and not yet answered: what reading its answer needs."""
+
+    api_key: int
+    version: int
+    correlation_id: int
+
+
 class AdminClient:
     """One connection to a broker: `request(kio request) -> kio response`, blocking."""
 
@@ -220,6 +229,11 @@ class AdminClient:
         The response is Any: its class follows from the request's only at run time (kio's index), and
         datetime fields may be None (a copy of the class). Callers annotate the class they expect.
         """
+        return self.receive(self.send(body))
+
+    def send(self, body: RequestPayload) -> Sent:
+        """Send one kio request without waiting for its answer (a pipelining caller `receive`s the answers in
+        the order it sent them; `request` is both at once)."""
         self.connect()
         sock = self._socket
         assert sock is not None  # connect() opened it, or raised
@@ -235,6 +249,18 @@ class AdminClient:
         _SIZE.pack_into(buffer.data, 0, len(buffer.data) - 4)
         try:
             sock.sendall(buffer.data)
+        except OSError as exc:
+            self.close()
+            raise BrokerUnavailableError(f"{self._where()}: {exc.strerror or exc}") from exc
+        return Sent(api_key, version, correlation_id)
+
+    def receive(self, sent: Sent) -> Any:
+        """The answer to `sent`, the oldest request sent and not yet answered on this connection."""
+        sock = self._socket
+        if sock is None:
+            raise BrokerUnavailableError(f"{self._where()}: the connection closed before the answer")
+        api_key, version, correlation_id = sent
+        try:
             (size,) = _SIZE.unpack(self._receive(sock, 4))
             if not 0 <= size <= MAX_RESPONSE_BYTES:
                 raise ConnectionAbortedError(0, f"a response of {size} bytes")

@@ -13,10 +13,23 @@ abort it. The names mirror Kafka's Java producer (`prepareTransaction()`,
 InitProducerId without keepPreparedTxn does to an open 2PC transaction (and
 what `logstore transactions force-terminate` does to any).
 
+Batches go out pipelined: `produce` sends one Produce request (one batch
+per partition, any number of partitions) without waiting for its answer, up
+to `max_in_flight` unanswered (Kafka's max.in.flight.requests.per.connection,
+at most 5 for an idempotent producer: the broker remembers a producer's last
+5 batches of each partition, so only a retry of one of those is recognised);
+`flush` waits for every answer, `send` is one batch sent and acknowledged.
+Each batch's sequence is taken when it is sent, as Kafka's producer does.
 Retries follow Kafka's producer: a retriable error (or a broken connection)
 sends the same batch again with the same sequence, so the broker keeps it
-once (DUPLICATE_SEQUENCE_NUMBER means it had it), with a growing backoff
-until `delivery_timeout_s`. A fatal error (PRODUCER_FENCED,
+once (it answers a batch it had with that batch's offsets, or
+DUPLICATE_SEQUENCE_NUMBER), with a growing backoff until
+`delivery_timeout_s`. When a pipelined request fails, the batches sent after
+it may have been refused (OUT_OF_ORDER_SEQUENCE_NUMBER: a gap behind them)
+or appended; the producer drops the connection, with the answers still
+unread, and sends every unanswered batch again in the order first sent,
+each request acknowledged before the next, so every batch lands once and in
+sequence order. A fatal error (PRODUCER_FENCED,
 INVALID_PRODUCER_EPOCH, an authorization failure, ...) is a
 `TxnProducerError` naming Kafka's error; the broker must enable
 `transaction.two.phase.commit.enable`, which the authorization error says.
@@ -27,7 +40,8 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +52,7 @@ from kio.schema.produce.v12.request import PartitionProduceData, ProduceRequest,
 from kio.schema.types import ProducerId, TopicName, TransactionalId
 from kio.static.primitive import Records, i16, i32, i32Timedelta
 
-from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
+from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, Sent, error_name
 from logstore.broker.client_security import ClientSecurity
 from logstore.formats import DEFAULT_FORMAT
 
@@ -49,6 +63,7 @@ REQUEST_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 DELIVERY_TIMEOUT_S = 120.0   # Kafka's delivery.timeout.ms
 BACKOFF_S, BACKOFF_MAX_S = 0.1, 1.0   # retry.backoff.ms, retry.backoff.max.ms
 TWO_PHASE_SETTING = "transaction.two.phase.commit.enable"
+MAX_IN_FLIGHT = 5   # max.in.flight.requests.per.connection's highest value for an idempotent producer
 
 # Errors Kafka's producer retries: the request may be sent again as it was.
 RETRIABLE = frozenset({
@@ -65,6 +80,16 @@ class TxnProducerError(Exception):
     def __init__(self, message: str, error: str | None = None):
         super().__init__(message)
         self.error = error
+
+
+@dataclass
+class _Request:
+    """A Produce request sent and not yet acknowledged whole: its batches still unanswered, by partition, with
+    their record counts."""
+
+    batches: dict[tuple[str, int], tuple[bytes, int]]
+    sent: Sent | None = None
+    """The request on the wire, None once its connection was dropped (to be sent again)."""
 
 
 @dataclass(frozen=True)
@@ -93,11 +118,16 @@ class TxnWireProducer:
 
     def __init__(self, bootstrap: str, *, security: ClientSecurity | None = None,
                  delivery_timeout_s: float = DELIVERY_TIMEOUT_S, client_id: str = "logstore-2pc-producer",
-                 client: AdminClient | None = None):
+                 client: AdminClient | None = None, max_in_flight: int = MAX_IN_FLIGHT):
+        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise ValueError(f"max_in_flight must be 1 to {MAX_IN_FLIGHT}, not {max_in_flight}")
         # A driver completing many transactions shares its one connection (`client`, left open at close).
         self._own = client is None
         self.client = client or AdminClient(bootstrap, security=security, client_id=client_id)
         self.delivery_timeout_s = delivery_timeout_s
+        self.max_in_flight = max_in_flight
+        self.in_flight: deque[_Request] = deque()
+        """Requests sent and not yet acknowledged, oldest first."""
         self.transactional_id: str | None = None
         self.producer_id = -1
         self.producer_epoch = -1
@@ -139,6 +169,7 @@ class TxnWireProducer:
              keep_prepared: bool = False) -> None:
         """InitProducerId v6: this instance becomes the id's producer (fencing the one before); without
         keep_prepared an open transaction is aborted first (CONCURRENT_TRANSACTIONS is waited out)."""
+        self.flush()
         self.transactional_id = transactional_id
         request = InitProducerIdRequest(
             transactional_id=TransactionalId(transactional_id),
@@ -161,36 +192,115 @@ class TxnWireProducer:
 
     def send(self, topic: str, partition: int, batch: bytes) -> None:
         """Produce v12 acks=all of one transactional batch encoded with this producer's id, epoch and the
-        partition's next sequence; returns once it is acknowledged (retried as Kafka's producer does)."""
+        partition's next sequence; returns once it (and everything sent before) is acknowledged."""
+        self.produce([(topic, partition, batch)])
+        self.flush()
+
+    def produce(self, batches: Sequence[tuple[str, int, bytes]]) -> None:
+        """One Produce v12 request (acks=all) of `batches`, one per partition, each encoded with this producer's
+        id, epoch and its partition's next sequence; returns once sent, with at most `max_in_flight` requests
+        unanswered (waiting for the oldest's answer first when that many are)."""
         if self.transactional_id is None:
             raise TxnProducerError("send before init")
-        header = DEFAULT_FORMAT.peek_producer_batch(batch)
-        expected = self.sequence(topic, partition)
-        if header is None or (header.producer_id, header.producer_epoch, header.base_sequence) != \
-                (self.producer_id, self.producer_epoch, expected) or not header.is_transactional:
-            raise ValueError(f"the batch for {topic}-{partition} is not this producer's next transactional batch "
-                             f"(producer {self.producer_id}, epoch {self.producer_epoch}, sequence {expected})")
-        request = ProduceRequest(
-            transactional_id=TransactionalId(self.transactional_id), acks=ACKS_ALL, timeout=REQUEST_TIMEOUT,
-            topic_data=(TopicProduceData(name=TopicName(topic), partition_data=(
-                PartitionProduceData(index=i32(partition), records=Records(batch)),)),))
+        request = _Request({})
+        for topic, partition, batch in batches:
+            header = DEFAULT_FORMAT.peek_producer_batch(batch)
+            expected = self.sequence(topic, partition)
+            if (topic, partition) in request.batches:
+                raise ValueError(f"two batches for {topic}-{partition} in one request")
+            if header is None or (header.producer_id, header.producer_epoch, header.base_sequence) != \
+                    (self.producer_id, self.producer_epoch, expected) or not header.is_transactional:
+                raise ValueError(f"the batch for {topic}-{partition} is not this producer's next transactional "
+                                 f"batch (producer {self.producer_id}, epoch {self.producer_epoch}, sequence "
+                                 f"{expected})")
+            count = header.last_sequence - header.base_sequence + 1
+            request.batches[(topic, partition)] = (batch, count)
+        if not request.batches:
+            return
+        while len(self.in_flight) >= self.max_in_flight:
+            self._complete_oldest()
+        for (topic, partition), (_, count) in request.batches.items():
+            self.sequences[(topic, partition)] = DEFAULT_FORMAT.increment_sequence(self.sequence(topic, partition),
+                                                                                   count)
+        self.in_flight.append(request)
+        if len(self.in_flight) > 1 and self.in_flight[0].sent is None:
+            return   # the pipeline is being resent in order: this one goes after the others
+        try:
+            request.sent = self.client.send(self._produce_request(request))
+        except BrokerUnavailableError:
+            self._resend_all()
 
-        def attempt() -> tuple[int, Any]:
-            answer = self.client.request(request)
-            (row,) = answer.responses[0].partition_responses
-            return row.error_code, row
+    def flush(self) -> None:
+        """Wait until every request sent is acknowledged (retrying as Kafka's producer does)."""
+        while self.in_flight:
+            self._complete_oldest()
 
-        # A retry the broker had already appended is answered DUPLICATE_SEQUENCE_NUMBER: it is there, once.
-        self._retry(f"Produce to {topic}-{partition}", attempt, frozenset({ErrorCode.duplicate_sequence_number}))
-        count = header.last_sequence - header.base_sequence + 1
-        self.sequences[(topic, partition)] = DEFAULT_FORMAT.increment_sequence(expected, count)
-        self.records += count
+    def _produce_request(self, request: _Request) -> ProduceRequest:
+        topics: dict[str, list[PartitionProduceData]] = {}
+        for (topic, partition), (batch, _) in request.batches.items():
+            topics.setdefault(topic, []).append(PartitionProduceData(index=i32(partition), records=Records(batch)))
+        return ProduceRequest(
+            transactional_id=TransactionalId(self.transactional_id or ""), acks=ACKS_ALL, timeout=REQUEST_TIMEOUT,
+            topic_data=tuple(TopicProduceData(name=TopicName(topic), partition_data=tuple(rows))
+                             for topic, rows in topics.items()))
+
+    def _settle(self, request: _Request, answer: Any) -> list[tuple[str, int, int]]:
+        """Take the acknowledged batches out of `request`; the others' (topic, partition, error code)."""
+        codes: dict[tuple[str, int], int] = {}
+        for topic_row in answer.responses:
+            for row in topic_row.partition_responses:
+                codes[(topic_row.name, row.index)] = row.error_code
+        for key, code in codes.items():
+            if key in request.batches and code in (ErrorCode.none, ErrorCode.duplicate_sequence_number):
+                self.records += request.batches.pop(key)[1]
+        # A partition the answer left out is not acknowledged: sent again, as after a lost answer.
+        return [(topic, partition, codes.get((topic, partition), ErrorCode.network_exception))
+                for topic, partition in request.batches]
+
+    def _complete_oldest(self) -> None:
+        """The oldest request's answer; on a failure, everything unanswered sent again in order."""
+        request = self.in_flight[0]
+        if request.sent is None:
+            self._resend_all()
+            return
+        try:
+            answer = self.client.receive(request.sent)
+        except BrokerUnavailableError:
+            self._resend_all()
+            return
+        failed = self._settle(request, answer)
+        if not failed:
+            self.in_flight.popleft()
+            return
+        for topic, partition, code in failed:
+            if code not in RETRIABLE and code != ErrorCode.out_of_order_sequence_number:
+                raise _fatal(code, f"Produce to {topic}-{partition}", self.transactional_id or "")
+        self._resend_all()
+
+    def _resend_all(self) -> None:
+        """After a failure in the pipeline: drop the connection (the answers unread with it) and send every
+        unacknowledged batch again, one request at a time, in the order first sent."""
+        self.client.close()
+        for request in self.in_flight:
+            request.sent = None
+        while self.in_flight:
+            request = self.in_flight[0]
+            what = "Produce to " + ", ".join(f"{t}-{p}" for t, p in request.batches)
+
+            def attempt(request: _Request = request) -> tuple[int, Any]:
+                failed = self._settle(request, self.client.request(self._produce_request(request)))
+                # The first error decides: retriable ones are retried (the rest of the request with them).
+                return (failed[0][2], None) if failed else (ErrorCode.none, None)
+
+            self._retry(what, attempt)
+            self.in_flight.popleft()
 
     def prepare_transaction(self) -> PreparedTxnState:
         """Everything sent is acknowledged (send waits for it): the open transaction, for another instance to
         complete."""
         if self.transactional_id is None:
             raise TxnProducerError("prepare before init")
+        self.flush()
         return PreparedTxnState(self.transactional_id, self.producer_id, self.producer_epoch)
 
     def complete_transaction(self, prepared: PreparedTxnState, commit: bool, timeout_ms: int, *,
@@ -216,6 +326,7 @@ class TxnWireProducer:
 
     def end_transaction(self, commit: bool) -> None:
         """EndTxn v5 of this instance's transaction; the producer goes on with the id and epoch answered."""
+        self.flush()
         request = EndTxnRequest(transactional_id=TransactionalId(self.transactional_id or ""),
                                 producer_id=ProducerId(self.producer_id), producer_epoch=i16(self.producer_epoch),
                                 committed=commit)

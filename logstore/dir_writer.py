@@ -32,7 +32,7 @@ BUFFER_BYTES = 64 * 1024 * 1024
 
 @dataclass(frozen=True)
 class JobTask:
-    """Who writes: the job, the task and its attempt (Spark's partition id and attempt number)."""
+    """Who writes: the job, the task and its attempt (Spark's partition id and task attempt id)."""
 
     job: str
     task: int

@@ -47,7 +47,7 @@ def to_spark_batch(batch: pa.RecordBatch, topic: str, partition: int, include_he
     n = batch.num_rows
     timestamp = batch.column("timestamp")
     if timestamp.type != TIMESTAMP:  # ms as int64: a reader not asked for µs
-        timestamp = pc.multiply(timestamp, 1000).cast(TIMESTAMP)
+        timestamp = pc.multiply(timestamp, pa.scalar(1000, pa.int64())).cast(TIMESTAMP)
     topics, partitions = _CONSTANTS.columns(topic, partition, n)
     columns = [batch.column("key"), batch.column("value"), topics, partitions, batch.column("offset"), timestamp,
                batch.column("timestampType")]

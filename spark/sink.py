@@ -57,7 +57,7 @@ def check_mode(overwrite: bool) -> None:
 def make_target(options: SinkOptions) -> SinkTarget:
     """The broker named by kafka.bootstrap.servers, else the log dir at path."""
     if options.bootstrap:
-        return BrokerTarget(options.bootstrap, options.prefix, options.timeout_ms)
+        return BrokerTarget(options.bootstrap, options.prefix, options.timeout_ms, options.buffer_bytes)
     return DirTarget(options.path, options.timeout_ms, options.buffer_bytes)
 
 
@@ -79,14 +79,14 @@ class Router:
             return
         topics = batch.column(names["topic"])
         if self.options.topic is not None:
-            topics = pc.fill_null(topics, self.options.topic)
+            topics = pc.fill_null(topics, pa.scalar(self.options.topic, topics.type))
         if topics.null_count:
-            row = pc.index(pc.is_null(topics), True).as_py()
+            row = pc.index(pc.is_null(topics), pa.scalar(True, pa.bool_())).as_py()
             raise ValueError(f"row {row} of the batch has a null topic and no 'topic' option is set")
-        distinct = pc.unique(topics).to_pylist()
+        distinct = pc.unique(topics)
         for topic in distinct:
             part = batch if len(distinct) == 1 else batch.filter(pc.equal(topics, topic))
-            yield from self._route_topic(topic, part, names)
+            yield from self._route_topic(topic.as_py(), part, names)
 
     def _route_topic(self, topic: str, batch: pa.RecordBatch, names: dict[str, int]
                      ) -> Iterator[tuple[str, int, pa.Array | None, pa.Array, pa.Array | None]]:
@@ -98,9 +98,10 @@ class Router:
         keys = binary_column(batch.column(names["key"])) if self.options.key else None
         given = batch.column(names["partition"]) if self.options.partition_column else None
         if given is not None and given.null_count < n:
-            bad = pc.or_(pc.less(given, 0), pc.greater_equal(given, count))
+            bad = pc.or_(pc.less(given, pa.scalar(0, given.type)),
+                         pc.greater_equal(given, pa.scalar(count, given.type)))
             if pc.any(bad).as_py():
-                row = pc.index(bad, True).as_py()
+                row = pc.index(bad, pa.scalar(True, pa.bool_())).as_py()
                 raise ValueError(f"row {row}: partition {given[row].as_py()} does not exist: topic {topic!r} "
                                  f"has {count} partitions")
         parts = given if given is not None and given.null_count == 0 else None
@@ -108,27 +109,29 @@ class Router:
             hashed = partitions_for_keys(keys, count, n)
             parts = hashed if given is None else pc.coalesce(given.cast(pa.int32()), hashed)
             if parts.null_count:
-                parts = pc.fill_null(parts, self._sticky(topic, count))
+                parts = pc.fill_null(parts, pa.scalar(self._sticky(topic, count), parts.type))
         parts = parts.cast(pa.int32())
         values = binary_column(batch.column(names["value"]))
         assert values is not None   # a column was given
         headers = headers_column(batch.column(names["headers"])) if self.options.headers else None
-        found = pc.unique(parts).to_pylist()
-        if len(found) == 1:
-            yield topic, found[0], keys, values, headers
+        # Arguments to pyarrow.compute stay Arrow values: a Python number is converted by type inference,
+        # which tries to import numpy (absent here) on every call.
+        lowest, highest = pc.min_max(parts).values()
+        if lowest == highest:
+            yield topic, lowest.as_py(), keys, values, headers
             return
         order = pc.sort_indices(parts)
-        parts = parts.take(order)
         keys = keys.take(order) if keys is not None else None
         values = values.take(order)
         headers = headers.take(order) if headers is not None else None
+        # The sorted partitions as runs: each partition's rows are [start, run end).
+        runs = pc.run_end_encode(parts.take(order))
         start = 0
-        for partition in sorted(found):
-            stop = start + pc.sum(pc.equal(parts, partition)).as_py()
-            yield (topic, partition, keys.slice(start, stop - start) if keys is not None else None,
-                   values.slice(start, stop - start), headers.slice(start, stop - start) if headers is not None
+        for partition, end in zip(runs.values.to_pylist(), runs.run_ends.to_pylist()):
+            yield (topic, partition, keys.slice(start, end - start) if keys is not None else None,
+                   values.slice(start, end - start), headers.slice(start, end - start) if headers is not None
                    else None)
-            start = stop
+            start = end
 
     def _sticky(self, topic: str, count: int) -> int:
         # One partition for all of a batch's unkeyed rows, the next batch on another (KIP-480's stickiness).
@@ -143,7 +146,9 @@ def write_task(target: SinkTarget, options: SinkOptions, counts: dict[str, int],
                batches: Iterator[pa.RecordBatch]) -> LogstoreCommitMessage:
     """A task's rows into one open transaction of `target`; the commit message for the driver."""
     context = TaskContext.get()
-    task = target.begin(job, context.partitionId() if context else 0, context.attemptNumber() if context else 0)
+    # Spark's task attempt id, not the attempt number: a retried stage numbers its attempts from 0 again, and two
+    # attempts of one task must never share a transactional id (the second would abort the first's transaction).
+    task = target.begin(job, context.partitionId() if context else 0, context.taskAttemptId() if context else 0)
     router = Router(options, counts)
     for batch in batches:
         for topic, partition, keys, values, headers in router.route(batch):

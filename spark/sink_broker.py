@@ -53,6 +53,9 @@ from logstore.spark.options import OptionError
 from logstore.spark.sink_dir import JobRef, LogstoreCommitMessage
 
 JOBS_TOPIC = "__logstore_sink_jobs"
+REQUEST_BYTES = 4 * BATCH_BYTES
+"""A task's input gathered into one Produce request (bytes): a full batch for each of 4 partitions. Fewer,
+larger requests cost the broker less CPU per row; a request stays well under socket.request.max.bytes."""
 REQUEST_TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 COMMITTING, COMMITTED = "committing", "committed"
 
@@ -98,10 +101,12 @@ class Decision:
 class BrokerTarget:
     """A running broker with `transaction.two.phase.commit.enable=true`; pickled to the tasks."""
 
-    def __init__(self, bootstrap: str, prefix: str, timeout_ms: int):
+    def __init__(self, bootstrap: str, prefix: str, timeout_ms: int, buffer_bytes: int = REQUEST_BYTES):
         self.bootstrap = bootstrap
         self.prefix = prefix
         self.timeout_ms = timeout_ms
+        self.buffer_bytes = buffer_bytes
+        """A task's input gathered before it sends a request (`write.buffer.bytes`, at most REQUEST_BYTES)."""
         self.streams: dict[str, int] = {}
         """Each streaming query of the prefix: its last committed batch (as prepare_job found it)."""
 
@@ -166,6 +171,9 @@ class BrokerTarget:
         for prepared in decision.transactions:
             with TxnWireProducer(self.bootstrap, client=client) as producer:
                 try:
+                    # Resuming, an earlier driver's keep may have bumped the epoch: the same transaction still,
+                    # since each id is one task attempt's (Spark's task attempt ids are never reused within an
+                    # application, and a decided job starts no task again).
                     producer.complete_transaction(prepared, True, self.timeout_ms, kept_since=resuming)
                 except TxnProducerError as exc:
                     # A run killed after some EndTxn left those transactions done: nothing is open under them
@@ -181,7 +189,15 @@ class BrokerTarget:
 
 
 class BrokerTask:
-    """A task attempt's 2PC transaction: begun with its first rows, prepared at the end."""
+    """A task attempt's 2PC transaction: begun with its first rows, prepared at the end.
+
+    Rows are kept (the caller's arrays, no copy) until `request_bytes` have
+    gathered; then one Produce request carries a batch of up to BATCH_BYTES
+    from every partition with rows, and the task goes on reading its input
+    while the broker appends (up to MAX_IN_FLIGHT requests unanswered). A
+    partition's rows gathered from several input batches are joined (one
+    copy) to make one batch of them.
+    """
 
     def __init__(self, target: BrokerTarget, job: JobRef, transactional_id: str, skip: bool):
         self.target = target
@@ -190,37 +206,85 @@ class BrokerTask:
         self.skip = skip
         self.producer: TxnWireProducer | None = None
         self.partitions: set[tuple[str, int]] = set()
+        self.request_bytes = min(target.buffer_bytes, REQUEST_BYTES)
+        self._pending: dict[tuple[str, int], tuple[list[_Rows], int]] = {}
+        """Each partition's rows not sent yet, and their bytes."""
+        self._pending_bytes = 0
 
     def write(self, topic: str, partition: int, keys: pa.Array | None, values: pa.Array,
               headers: pa.Array | None) -> None:
-        """Rows of one partition, sent in batches of about BATCH_BYTES, each acknowledged."""
-        n = len(values)
-        if self.skip or not n:
+        """Rows of one partition, sent once enough have gathered."""
+        if self.skip or not len(values):
             return
-        producer = self.producer
-        if producer is None:
-            producer = self.producer = TxnWireProducer(self.target.bootstrap, client_id="logstore-sink-task")
+        if self.producer is None:
+            self.producer = TxnWireProducer(self.target.bootstrap, client_id="logstore-sink-task")
             # A transaction left open under this id (the same batch before a driver restart) is aborted here.
-            producer.init(self.transactional_id, self.target.timeout_ms, enable_2pc=True)
+            self.producer.init(self.transactional_id, self.target.timeout_ms, enable_2pc=True)
         self.partitions.add((topic, partition))
         size = sum(a.nbytes for a in (keys, values, headers) if a is not None)
-        step = max(1, min(n, BATCH_BYTES * n // max(size, 1)))
+        chunks, pending = self._pending.get((topic, partition), ([], 0))
+        chunks.append(_Rows(keys, values, headers))
+        self._pending[(topic, partition)] = (chunks, pending + size)
+        self._pending_bytes += size
+        while self._pending and self._pending_bytes >= self.request_bytes:
+            self._send()
+
+    def _send(self) -> None:
+        """One Produce request: a batch of up to BATCH_BYTES of every partition with rows."""
+        producer = self.producer
+        assert producer is not None   # rows are pending only once it exists
         now = int(time.time() * 1000)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            batch = encode_arrow(keys, values, headers, start, stop, now, producer_id=producer.producer_id,
-                                 producer_epoch=producer.producer_epoch,
-                                 base_sequence=producer.sequence(topic, partition), transactional=True)
-            producer.send(topic, partition, batch)
+        batches = []
+        for (topic, partition), (chunks, size) in list(self._pending.items()):
+            rows = chunks[0] if len(chunks) == 1 else _Rows.join(chunks)
+            n = len(rows.values)
+            stop = max(1, min(n, BATCH_BYTES * n // max(size, 1)))
+            batches.append((topic, partition, encode_arrow(
+                rows.keys, rows.values, rows.headers, 0, stop, now, producer_id=producer.producer_id,
+                producer_epoch=producer.producer_epoch, base_sequence=producer.sequence(topic, partition),
+                transactional=True)))
+            if stop < n:
+                # The rest's bytes in proportion: only the trigger of the next request rests on them.
+                rest = size * (n - stop) // n
+                self._pending[(topic, partition)] = ([rows.slice(stop)], rest)
+                self._pending_bytes -= size - rest
+            else:
+                del self._pending[(topic, partition)]
+                self._pending_bytes -= size
+        producer.produce(batches)
 
     def prepare(self) -> BrokerCommitMessage:
-        """Everything acknowledged; the prepared transaction as the commit message."""
+        """Everything sent and acknowledged; the prepared transaction as the commit message."""
         if self.producer is None:
             return BrokerCommitMessage(self.job, None, -1, (), 0, self.transactional_id)
+        while self._pending:
+            self._send()
         with self.producer as producer:
             state = producer.prepare_transaction()
             return BrokerCommitMessage(self.job, state.producer_id, state.producer_epoch,
                                        tuple(sorted(self.partitions)), producer.records, state.transactional_id)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Rows of one partition as Arrow columns (keys and headers None when the input has none)."""
+
+    keys: pa.Array | None
+    values: pa.Array
+    headers: pa.Array | None
+
+    def slice(self, start: int) -> _Rows:
+        """The rows from `start` on (no copy)."""
+        return _Rows(None if self.keys is None else self.keys.slice(start), self.values.slice(start),
+                     None if self.headers is None else self.headers.slice(start))
+
+    @staticmethod
+    def join(chunks: list[_Rows]) -> _Rows:
+        """The chunks' rows in one set of arrays (copied)."""
+        keys = [c.keys for c in chunks if c.keys is not None]
+        headers = [c.headers for c in chunks if c.headers is not None]
+        return _Rows(pa.concat_arrays(keys) if keys else None, pa.concat_arrays([c.values for c in chunks]),
+                     pa.concat_arrays(headers) if headers else None)
 
 
 def _ensure_jobs_topic(client: AdminClient) -> None:

@@ -15,7 +15,8 @@ through (KIP-939 two-phase commit, see sink_broker.py); then
 `transactional.id.prefix` names the job's transactional ids (default
 `logstore-sink-<topic>`, or `logstore-sink` with a topic column), and
 `transaction.timeout.ms` is how long a dead job's prepared transactions are
-left before the next job of the prefix aborts them. Only PLAINTEXT
+left before the next job of the prefix aborts them, and `write.buffer.bytes`
+the input a task gathers into one Produce request (at most 2 MiB). Only PLAINTEXT
 listeners are reached so far (`kafka.security.protocol`).
 """
 from __future__ import annotations

@@ -66,7 +66,8 @@ def pytest_generate_tests(metafunc):
 # workers idle, so they go first and the many short files fill in behind them.
 LONGEST_FILES = (
     "packaging/test_dist_install.py", "readme/test_readme_session.py", "packaging/test_standalone_clone.py",
-    "spark/test_spark_write_broker.py", "spark/test_spark_write.py", "spark/test_spark_streaming.py",
+    "spark/test_spark_write_kills.py", "spark/test_spark_write_broker.py", "spark/test_spark_write_size.py",
+    "spark/test_spark_write.py", "spark/test_spark_streaming.py",
     "cli/test_configs_cli.py",
     "embedded/test_embedded_eos.py",
     "spark/test_spark_first_use.py", "cli/test_get_offsets_cli.py", "clients/test_many_partitions.py",

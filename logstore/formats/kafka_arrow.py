@@ -63,4 +63,5 @@ def partitions_for_keys(keys: pa.Array | None, partitions: int, length: int) -> 
     raw = pa.py_buffer(murmur2_partitions(keys, partitions))
     found = pa.Array.from_buffers(pa.int32(), length, [None, raw])
     # -1 stands for a null key: Arrow's nulls from it, so callers fill them with their sticky choice.
-    return found if keys.null_count == 0 else pc.if_else(pc.equal(found, -1), pa.scalar(None, pa.int32()), found)
+    return found if keys.null_count == 0 else pc.if_else(pc.equal(found, pa.scalar(-1, pa.int32())),
+                                                         pa.scalar(None, pa.int32()), found)

@@ -10,7 +10,10 @@
   waits to be killed.
 - `stream`: a rate source (`rate` rows/s) streams through the broker into `topic` with the checkpoint
   `checkpoint` until killed.
-Options every mode adds: `transaction.timeout.ms` = `timeout_ms` (if given).
+- `executor`: as spark_write_driver.py's `executor` mode (an executor JVM SIGKILLed while a task is writing),
+  through the broker.
+Options every mode adds: `transaction.timeout.ms` = `timeout_ms`, `write.buffer.bytes` = `buffer_bytes` (if
+given).
 """
 from __future__ import annotations
 
@@ -18,13 +21,15 @@ import json
 import sys
 import time
 
-from spark_write_driver import half_failing_source, rows_frame, session, source_with
+from spark_write_driver import executor_killed, half_failing_source, rows_frame, session, source_with
 
 
 def writer(frame, spec: dict, fmt: str = "logstore"):
     out = frame.write.format(fmt).option("kafka.bootstrap.servers", spec["bootstrap"]).option("topic", spec["topic"])
     if "timeout_ms" in spec:
         out = out.option("transaction.timeout.ms", str(spec["timeout_ms"]))
+    if "buffer_bytes" in spec:
+        out = out.option("write.buffer.bytes", str(spec["buffer_bytes"]))
     return out.mode("append")
 
 
@@ -78,9 +83,13 @@ def stream(spec: dict) -> None:
     query.awaitTermination()
 
 
+def executor(spec: dict) -> None:
+    executor_killed(spec, lambda frame, fmt: writer(frame, spec, fmt).save())
+
+
 if __name__ == "__main__":
     given = json.loads(sys.argv[1])
     if given["mode"] in ("hold", "decided"):
         held(given, given["mode"] == "decided")
     else:
-        {"retry": retry, "stream": stream}[given["mode"]](given)
+        {"retry": retry, "stream": stream, "executor": executor}[given["mode"]](given)

@@ -8,6 +8,11 @@
 - `hold`: writes through a sink whose driver-side commit first writes the file `signal` and then waits to be
   killed: the tasks' transactions are all prepared, none is committed.
 - `stream`: a rate source (`rate` rows/s) streams into `topic` with the checkpoint `checkpoint` until killed.
+- `executor`: a `local-cluster[1,1,1024]` session (one executor JVM of one core, started by a standalone worker
+  inside this driver; `spark.task.maxFailures` = `max_failures`) writes `rows` rows in `tasks` tasks. The first
+  attempt of task `tasks // 2` writes the file `signal` (the pid of its executor JVM) once half its rows went
+  through the sink, and waits for that JVM to die: the test SIGKILLs it. Prints `done` once the job committed, or
+  `failed` and Spark's reason.
 """
 from __future__ import annotations
 
@@ -82,6 +87,107 @@ def half_failing_source(half: int):
     return source_with("logstore_retry", HalfFailingWriter)
 
 
+def spark_home(where: str) -> None:
+    """SPARK_HOME for a local-cluster session: pyspark's own `bin`, `jars` and `python` linked into `where`, so
+    that the standalone worker's work dir (executor logs, the app's files), `$SPARK_HOME/work`, lands there and
+    not inside the installed pyspark."""
+    import pyspark
+
+    installed = os.path.dirname(pyspark.__file__)
+    os.makedirs(where, exist_ok=True)
+    for name in ("bin", "jars", "python"):
+        if not os.path.exists(os.path.join(where, name)):
+            os.symlink(os.path.join(installed, name), os.path.join(where, name))
+    os.environ["SPARK_HOME"] = where
+
+
+def _parent_and_state(pid: int) -> tuple[int, str]:
+    with open(f"/proc/{pid}/stat") as stat:
+        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after its last ')'.
+        fields = stat.read().rpartition(")")[2].split()
+    return int(fields[1]), fields[0]
+
+
+def executor_jvm() -> int:
+    """The pid of the executor JVM this Python worker serves: its nearest `java` ancestor."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/comm") as comm:
+            if comm.read().strip() == "java":
+                return pid
+        pid = _parent_and_state(pid)[0]
+    raise RuntimeError("this Python worker has no java ancestor: not run by an executor JVM")
+
+
+def wait_for_death(pid: int, timeout_s: float) -> None:
+    """Return once process `pid` is gone (or a zombie: killed, not yet reaped); raise after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if _parent_and_state(pid)[1] == "Z":
+                return
+        except FileNotFoundError:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"process {pid} was not killed within {timeout_s:g} s")
+        time.sleep(0.05)
+
+
+def executor_killing_source(name: str, task: int, half: int, signal: str):
+    """A data source named `name` whose writer, in the first attempt of task `task`, once `half` of its rows
+    went through the sink (whose small write buffer has appended or sent them by then), writes the pid of its
+    executor JVM into the file `signal` and waits for that JVM to be SIGKILLed (then this worker goes too)."""
+    from pyspark import TaskContext
+
+    from logstore.spark.sink import LogstoreBatchWriter
+
+    class HeldTaskWriter(LogstoreBatchWriter):
+        def write(self, iterator):
+            context = TaskContext.get()
+            if context.partitionId() != task or context.attemptNumber() != 0:
+                return super().write(iterator)
+
+            def first_half():
+                seen = 0
+                for batch in iterator:
+                    yield batch
+                    seen += batch.num_rows
+                    if seen >= half:
+                        # Asked for the next batch: every row before it went through the sink.
+                        jvm = executor_jvm()
+                        with open(signal + ".tmp", "w") as out:
+                            out.write(str(jvm))
+                        os.replace(signal + ".tmp", signal)
+                        wait_for_death(jvm, 240)
+                        os._exit(1)     # the executor is gone: this worker must not go on with the task
+            return super().write(first_half())
+
+    return source_with(name, HeldTaskWriter)
+
+
+def executor_killed(spec: dict, save) -> None:
+    """The `executor` mode for either target: `save(frame, fmt)` writes the rows through the sink."""
+    spark_home(spec["spark_home"])
+    spark = session("local-cluster[1,1,1024]", **{"spark.task.maxFailures": str(spec["max_failures"]),
+                                                  "spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
+    # The executors' Python workers run in the worker's work dir: this module (whose classes a driver script
+    # importing it pickles by reference) reaches them as Spark ships a job's Python files.
+    spark.sparkContext.addPyFile(os.path.abspath(__file__))
+    tasks = spec["tasks"]
+    spark.dataSource.register(executor_killing_source("logstore_killed", tasks // 2, spec["rows"] // tasks // 2,
+                                                      spec["signal"]))
+    try:
+        save(rows_frame(spark, spec["rows"], tasks), "logstore_killed")
+    except Exception as exc:  # noqa: BLE001 - the test reads what failed
+        # Spark's reason, on one line: which task failed how often, and why (an ExecutorLostFailure).
+        reason = next((line for line in str(exc).splitlines() if "Job aborted" in line), type(exc).__name__)
+        print("failed", reason.strip(), flush=True)
+        return
+    finally:
+        spark.stop()
+    print("done", flush=True)
+
+
 def retry(spec: dict) -> None:
     spark = session("local[2,4]", **{"spark.sql.execution.arrow.maxRecordsPerBatch": "50"})
     spark.dataSource.register(half_failing_source(spec["rows"] // spec["tasks"] // 2))
@@ -117,6 +223,11 @@ def stream(spec: dict) -> None:
     query.awaitTermination()
 
 
+def executor(spec: dict) -> None:
+    executor_killed(spec, lambda frame, fmt: frame.write.format(fmt).option("topic", spec["topic"])
+                    .option("write.buffer.bytes", "200").mode("append").save(spec["path"]))
+
+
 if __name__ == "__main__":
     given = json.loads(sys.argv[1])
-    {"retry": retry, "hold": hold, "stream": stream}[given["mode"]](given)
+    {"retry": retry, "hold": hold, "stream": stream, "executor": executor}[given["mode"]](given)

@@ -213,6 +213,60 @@ def test_wire_producer_sequences_retries_and_completion_by_a_new_instance(two_ph
             first_again.send("w", 0, batch_for(first_again, "w", 0, b"zombie"))
 
 
+def high_watermarks(bootstrap: str, topic: str, partitions: int) -> list[int]:
+    ends = stable_offsets(bootstrap, topic, range(partitions))
+    return [ends[p][1] for p in range(partitions)]
+
+
+def produce_pipelined(producer: TxnWireProducer, topic: str, requests: int, first: int) -> list[bytes]:
+    """`requests` Produce requests sent without waiting, each a batch of two values for partitions 0 and 1;
+    the values, numbered from `first`."""
+    values = []
+    for r in range(requests):
+        batches = []
+        for p in (0, 1):
+            pair = [b"%d" % (first + 4 * r + 2 * p + i) for i in (0, 1)]
+            values += pair
+            batches.append((topic, p, batch_for(producer, topic, p, *pair)))
+        producer.produce(batches)
+    return values
+
+
+def test_wire_producer_pipelined_requests_resent_after_lost_answers_land_once_in_order(two_phase):
+    bootstrap = two_phase.bootstrap
+    create_topic(bootstrap, "pipe", 2)
+    with TxnWireProducer(bootstrap, max_in_flight=5) as producer:
+        producer.init("pipe-id", 60000)
+        # Seven requests: the sixth waits for the first's answer (at most 5 unanswered).
+        sent = produce_pipelined(producer, "pipe", 7, 0)
+        assert len(producer.in_flight) == 5
+        # Appended, and the answers lost with the connection: every unanswered request is sent again, in order,
+        # and the broker knows each batch (its last 5 of each partition) and appends nothing twice.
+        deadline = time.monotonic() + 60
+        while (ends := high_watermarks(bootstrap, "pipe", 2)) != [14, 14]:
+            assert time.monotonic() < deadline, f"the broker appended up to {ends}, not [14, 14]"
+            time.sleep(0.05)
+        producer.client.close()
+        producer.flush()
+        assert not producer.in_flight and producer.records == 28
+        assert high_watermarks(bootstrap, "pipe", 2) == [14, 14]
+        assert producer.sequence("pipe", 0) == producer.sequence("pipe", 1) == 14
+        # Cut while the broker may still be reading them: whatever it had appended is known, the rest lands now.
+        sent += produce_pipelined(producer, "pipe", 5, len(sent))
+        producer.client.close()
+        producer.flush()
+        assert producer.records == 48
+        sent += produce_pipelined(producer, "pipe", 1, len(sent))
+        prepared = producer.prepare_transaction()
+        assert high_watermarks(bootstrap, "pipe", 2) == [26, 26]
+    with TxnWireProducer(bootstrap) as completer:
+        completer.complete_transaction(prepared, True, 60000)
+    got = read_all(bootstrap, "pipe", 2)
+    # Each partition holds its values once, in the order sent.
+    for p in (0, 1):
+        assert [v for _, v, _ in got[p]] == [v for i, v in enumerate(sent) if (i // 2) % 2 == p]
+
+
 def test_wire_producer_without_two_phase_commit_names_the_setting(start_broker):
     broker = start_broker()
     with TxnWireProducer(broker.bootstrap) as producer:
@@ -235,7 +289,9 @@ def wait_for(proc: subprocess.Popen, path: Path) -> list[str]:
 
 def test_a_task_failing_halfway_is_retried_and_its_rows_land_once(tmp_path, two_phase):
     create_topic(two_phase.bootstrap, "orders", 4)
-    spec = {"mode": "retry", "bootstrap": two_phase.bootstrap, "topic": "orders", "rows": 2000, "tasks": 8}
+    # A small write buffer: each attempt sends requests as it goes, so the failed ones leave rows behind.
+    spec = {"mode": "retry", "bootstrap": two_phase.bootstrap, "topic": "orders", "rows": 2000, "tasks": 8,
+            "buffer_bytes": 1000}
     proc = run_driver(DRIVER, tmp_path, spec)
     try:
         out, _ = proc.communicate(timeout=TIMEOUT)
@@ -304,12 +360,13 @@ def committed_batch(bootstrap: str) -> int:
         return max((d.batch for d in decisions.values() if d.state == COMMITTED and d.batch is not None), default=-1)
 
 
-def test_stream_killed_and_restarted_writes_each_row_once(tmp_path, two_phase):
+@pytest.mark.parametrize("kills", [2, pytest.param(5, marks=pytest.mark.soak)])
+def test_stream_killed_and_restarted_writes_each_row_once(tmp_path, two_phase, kills):
     bootstrap = two_phase.bootstrap
     create_topic(bootstrap, "ticks", 3)
     spec = {"mode": "stream", "bootstrap": bootstrap, "topic": "ticks", "rate": 200,
             "checkpoint": str(tmp_path / "checkpoint")}
-    kill_streams(DRIVER, tmp_path, spec, lambda: committed_batch(bootstrap), 2)
+    kill_streams(DRIVER, tmp_path, spec, lambda: committed_batch(bootstrap), kills)
     values = [int(v) for recs in read_all(bootstrap, "ticks", 3).values() for _, v, _ in recs]
     assert len(values) == len(set(values)), "a row was committed twice"
     assert sorted(values) == list(range(len(values)))
