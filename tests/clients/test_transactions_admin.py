@@ -394,7 +394,7 @@ def test_cli_find_hanging_reports_a_transaction_no_coordinator_knows(start_broke
     (["--bootstrap-server", "{}", "describe-producers", "--topic", "t", "--partition", "x"], "invalid int value"),
     (["--bootstrap-server", "{}", "describe-producers", "--topic", "t", "--partition", "-1"],
      "--partition must be >= 0"),
-    (["--bootstrap-server", "{}", "abort"], "the following arguments are required: --topic, --partition"),
+    (["--bootstrap-server", "{}", "abort"], "abort: Missing required argument --topic (or give --transactional-id)"),
     (["--bootstrap-server", "{}", "cancel"], "invalid choice"),
     (["--bootstrap-server", "no-port", "list"], "'no-port' is not host:port"),
 ])

@@ -62,6 +62,17 @@ def source_with(name: str, writer_class):
     return Source
 
 
+def through_half(batches, half: int, then):
+    """The Arrow batches of `batches`; once `half` rows went by and the writer asks for the next batch (so every
+    row before it went through the sink), `then()`, which raises or never returns."""
+    seen = 0
+    for batch in batches:
+        yield batch
+        seen += batch.num_rows
+        if seen >= half:
+            then()
+
+
 def half_failing_source(half: int):
     """A `logstore_retry` data source whose writer raises on each task's first attempt once `half` of its rows
     went through the sink (whose small write buffer has appended or sent them by then)."""
@@ -75,14 +86,9 @@ def half_failing_source(half: int):
             if TaskContext.get().attemptNumber() != 0:
                 return super().write(iterator)
 
-            def first_half():
-                seen = 0
-                for batch in iterator:
-                    yield batch
-                    seen += batch.num_rows
-                    if seen >= half:
-                        raise RuntimeError("injected failure halfway through the task")
-            return super().write(first_half())
+            def fail():
+                raise RuntimeError("injected failure halfway through the task")
+            return super().write(through_half(iterator, half, fail))
 
     return source_with("logstore_retry", HalfFailingWriter)
 
@@ -147,20 +153,14 @@ def executor_killing_source(name: str, task: int, half: int, signal: str):
             if context.partitionId() != task or context.attemptNumber() != 0:
                 return super().write(iterator)
 
-            def first_half():
-                seen = 0
-                for batch in iterator:
-                    yield batch
-                    seen += batch.num_rows
-                    if seen >= half:
-                        # Asked for the next batch: every row before it went through the sink.
-                        jvm = executor_jvm()
-                        with open(signal + ".tmp", "w") as out:
-                            out.write(str(jvm))
-                        os.replace(signal + ".tmp", signal)
-                        wait_for_death(jvm, 240)
-                        os._exit(1)     # the executor is gone: this worker must not go on with the task
-            return super().write(first_half())
+            def signal_and_wait():
+                jvm = executor_jvm()
+                with open(signal + ".tmp", "w") as out:
+                    out.write(str(jvm))
+                os.replace(signal + ".tmp", signal)
+                wait_for_death(jvm, 240)
+                os._exit(1)     # the executor is gone: this worker must not go on with the task
+            return super().write(through_half(iterator, half, signal_and_wait))
 
     return source_with(name, HeldTaskWriter)
 
