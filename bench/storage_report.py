@@ -19,7 +19,7 @@ import sys
 from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
 
 DEFAULT_PATH = ".benchmarks/storage.json"
-OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen")
+OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen", "partitions")
 STAT = "median"
 
 
@@ -88,6 +88,13 @@ def _absolute_row(group: str, bench: dict) -> tuple:
         value, best = f"{median:.3f} s", f"{fastest:.3f} s"
         verdict = "—" if target is None else met(median < target, fastest < target)
         target_text = "info" if target is None else f"< {target:g} s"
+    elif info.get("op") == "partitions":
+        median, fastest = stats[STAT], stats["min"]
+        target = info["target_seconds"]
+        notes.append(f"{median / info['ops'] * 1e3:.2f} ms a partition")
+        value, best = f"{median:.3f} s", f"{fastest:.3f} s"
+        verdict = met(median <= target, fastest <= target)
+        target_text = f"<= {target:g} s"
     else:
         rate, unit = _rate(bench)
         fastest, _ = _rate(bench, "min")
