@@ -41,15 +41,10 @@ cdef object _micros_type():
 
 # Why `add_entries` stopped: the buffer holds no further whole entry, the range's end was reached, the
 # builder holds `max_rows` rows, or the entry at the position is not a v2 batch (the caller decodes it).
-cdef enum:
-    _ENTRIES_NEED_BYTES = 0
-    _ENTRIES_END = 1
-    _ENTRIES_FULL = 2
-    _ENTRIES_LEGACY = 3
-ENTRIES_NEED_BYTES = _ENTRIES_NEED_BYTES
-ENTRIES_END = _ENTRIES_END
-ENTRIES_FULL = _ENTRIES_FULL
-ENTRIES_LEGACY = _ENTRIES_LEGACY
+ENTRIES_NEED_BYTES = 0
+ENTRIES_END = 1
+ENTRIES_FULL = 2
+ENTRIES_LEGACY = 3
 
 
 # Column buffers of finished batches, kept for the builders' next ones. A scan hands every batch to
@@ -243,12 +238,11 @@ cdef class Columns:
         return pa.RecordBatch.from_arrays(arrays, names=names)
 
 
-cdef int _clear_bits_from(Growable* g, Py_ssize_t first, Py_ssize_t stop) noexcept nogil:
-    """Make room for `stop` bits and zero bits first..stop-1; `size` stays the committed bytes. -2 when out
-    of memory."""
+cdef int _clear_bits_from(Growable* g, Py_ssize_t first, Py_ssize_t stop) except -1:
+    """Make room for `stop` bits and zero bits first..stop-1; `size` stays the committed bytes."""
     cdef Py_ssize_t need = (stop + 7) // 8
     if _grow(g, need) != 0:
-        return -2
+        raise MemoryError()
     if first & 7:
         g.data[first >> 3] = <char>(g.data[first >> 3] & ((1 << (first & 7)) - 1))
         first = (first + 7) & ~7
@@ -259,157 +253,6 @@ cdef int _clear_bits_from(Growable* g, Py_ssize_t first, Py_ssize_t stop) noexce
 
 cdef inline void _set_bit(char* bitmap, Py_ssize_t i) noexcept nogil:
     bitmap[i >> 3] = <char>(bitmap[i >> 3] | (1 << (i & 7)))
-
-
-# What `_append_records` returns besides 0 and -1 (a parse error, in `e`).
-cdef enum:
-    _NO_MEMORY = -2
-    _COLUMN_OVERFLOW = -3
-    _HEADER_OVERFLOW = -4
-
-
-cdef struct _Sink:
-    # A builder's buffers and totals, reachable without the object (and the GIL).
-    Growable* offsets
-    Growable* timestamps
-    Growable* key_offsets
-    Growable* key_data
-    Growable* key_valid
-    Growable* value_offsets
-    Growable* value_data
-    Growable* value_valid
-    Growable* types
-    Growable* header_lists
-    Growable* hkey_offsets
-    Growable* hkey_data
-    Growable* hvalue_offsets
-    Growable* hvalue_data
-    Growable* hvalue_valid
-    Py_ssize_t* count
-    Py_ssize_t* key_nulls
-    Py_ssize_t* value_nulls
-    Py_ssize_t* header_count
-    Py_ssize_t* hvalue_nulls
-    bint headers, timestamp_types, timestamp_micros
-
-
-cdef struct _Batch:
-    # The header fields the record loop needs, and which of its offsets to keep.
-    int64_t base_offset, base_ts, max_ts, start_offset, stop
-    int16_t attributes
-    int32_t record_count, last_delta
-    bint bounded
-
-
-cdef int _append_records(_Sink* s, const _Batch* b, const unsigned char* p, Py_ssize_t start, Py_ssize_t end,
-                         ParseError* e) noexcept nogil:
-    """Append the kept records of one batch's records section p[start:end] to the builder's columns.
-
-    0, or -1 (a parse error, in `e`), _NO_MEMORY, _COLUMN_OVERFLOW or _HEADER_OVERFLOW; on any of these
-    nothing of the batch is committed."""
-    cdef Py_ssize_t count = b.record_count
-    cdef Py_ssize_t have = s.count[0]
-    cdef Py_ssize_t total = have + count
-    # Bounded by the records section: count <= section / MIN_RECORD_SIZE.
-    # Values get the records section as an upper bound up front; keys,
-    # usually small, grow as they come. Reserving the bound twice made
-    # every call fault in twice the memory it used.
-    if (_grow(s.offsets, s.offsets.size + 8 * count) != 0
-            or _grow(s.timestamps, s.timestamps.size + 8 * count) != 0
-            or _grow(s.key_offsets, s.key_offsets.size + 4 * count) != 0
-            or _grow(s.value_offsets, s.value_offsets.size + 4 * count) != 0
-            or _grow(s.value_data, s.value_data.size + (end - start)) != 0
-            or (s.timestamp_types and _grow(s.types, s.types.size + 4 * count) != 0)
-            or (s.headers and _grow(s.header_lists, s.header_lists.size + 4 * count) != 0)):
-        return _NO_MEMORY
-    # Bits past the committed rows may be left over from a rejected batch.
-    if _clear_bits_from(s.key_valid, have, total) != 0 or _clear_bits_from(s.value_valid, have, total) != 0:
-        return _NO_MEMORY
-    cdef ColumnarAppend c
-    cdef ColumnarExtra x
-    cdef int rc
-    c.base_offset = b.base_offset
-    c.base_ts = b.base_ts
-    c.max_ts = b.max_ts
-    c.start_offset = b.start_offset
-    c.stop = b.stop
-    c.append_time = 1 if b.attributes & _TIMESTAMP_TYPE_MASK else 0
-    c.bounded = b.bounded
-    c.count = b.record_count
-    c.last_delta = b.last_delta
-    c.offsets = <int64_t*>s.offsets.data
-    c.timestamps = <int64_t*>s.timestamps.data
-    c.key_offsets = <int32_t*>s.key_offsets.data
-    c.value_offsets = <int32_t*>s.value_offsets.data
-    c.key_data = s.key_data
-    c.value_data = s.value_data.data
-    c.key_valid = <unsigned char*>s.key_valid.data
-    c.value_valid = <unsigned char*>s.value_valid.data
-    c.n = have
-    c.key_size = s.key_data.size
-    c.value_size = s.value_data.size
-    c.key_nulls = s.key_nulls[0]
-    c.value_nulls = s.value_nulls[0]
-    if s.headers or s.timestamp_types:
-        x.types = <int32_t*>s.types.data if s.timestamp_types else NULL
-        x.header_lists = <int32_t*>s.header_lists.data if s.headers else NULL
-        x.hkey_offsets = s.hkey_offsets
-        x.hkey_data = s.hkey_data
-        x.hvalue_offsets = s.hvalue_offsets
-        x.hvalue_data = s.hvalue_data
-        x.hvalue_valid = s.hvalue_valid
-        x.headers = s.header_count[0]
-        x.hkey_size = s.hkey_data.size
-        x.hvalue_size = s.hvalue_data.size
-        x.hvalue_nulls = s.hvalue_nulls[0]
-        rc = _columnar_append_extra(&c, &x, p, start, end, e)
-    else:
-        rc = _columnar_append(&c, p, start, end, e)
-    if rc != 0:
-        return _NO_MEMORY if rc == -2 else -1
-    cdef Py_ssize_t n = c.n
-    cdef Py_ssize_t i
-    cdef int64_t* micros
-    if s.timestamp_micros:
-        micros = <int64_t*>s.timestamps.data
-        for i in range(have, n):
-            micros[i] *= 1000
-    if c.key_size > 2147483647 or c.value_size > 2147483647:
-        return _COLUMN_OVERFLOW
-    if s.headers:
-        if x.hkey_size > 2147483647 or x.hvalue_size > 2147483647 or x.headers > 2147483647:
-            return _HEADER_OVERFLOW
-        s.header_count[0] = x.headers
-        s.hkey_data.size = x.hkey_size
-        s.hvalue_data.size = x.hvalue_size
-        s.hvalue_nulls[0] = x.hvalue_nulls
-        s.header_lists.size = 4 * (n + 1)
-        s.hkey_offsets.size = 4 * (x.headers + 1)
-        s.hvalue_offsets.size = 4 * (x.headers + 1)
-    if s.timestamp_types:
-        s.types.size = 4 * n
-    s.count[0] = n
-    s.key_data.size = c.key_size
-    s.value_data.size = c.value_size
-    s.key_nulls[0] = c.key_nulls
-    s.value_nulls[0] = c.value_nulls
-    s.offsets.size = 8 * n
-    s.timestamps.size = 8 * n
-    s.key_offsets.size = 4 * (n + 1)
-    s.value_offsets.size = 4 * (n + 1)
-    return 0
-
-
-cdef int _raise_append(int rc, ParseError* e, bint compressed, Py_ssize_t pos) except -1:
-    """Raise what `_append_records` returned for the batch at `pos`."""
-    if rc == _NO_MEMORY:
-        raise MemoryError()
-    if rc == _COLUMN_OVERFLOW:
-        raise OverflowError("column data exceeds 2 GiB; finish() more often")
-    if rc == _HEADER_OVERFLOW:
-        raise OverflowError("header columns exceed 2 GiB or 2^31 headers; finish() more often")
-    # Nothing of a corrupt batch is kept: sizes are only committed on success.
-    _raise_parse(e, 0, compressed, pos)
 
 
 @cython.final
@@ -543,50 +386,107 @@ cdef class ColumnarBuilder:
         cdef _Buffer owner = _records_section(buf, h, pos, max_decompressed, &start, &end)
         if owner is not None:
             p = <const unsigned char*>owner.buf.buf
-        cdef _Sink s
-        self._sink(&s)
-        cdef _Batch batch
-        batch.base_offset = h.base_offset
-        batch.base_ts = h.base_timestamp
-        batch.max_ts = h.max_timestamp
-        batch.start_offset = start_offset
-        batch.stop = stop
-        batch.attributes = h.attributes
-        batch.record_count = h.record_count
-        batch.last_delta = h.last_offset_delta
-        batch.bounded = bounded
+        cdef int32_t count = h.record_count
+        cdef Py_ssize_t total = self.count + count
+        # Bounded by the records section: count <= section / MIN_RECORD_SIZE.
+        _reserve(&self.offsets, 8 * <Py_ssize_t>count)
+        _reserve(&self.timestamps, 8 * <Py_ssize_t>count)
+        _reserve(&self.key_offsets, 4 * <Py_ssize_t>count)
+        _reserve(&self.value_offsets, 4 * <Py_ssize_t>count)
+        # Values get the records section as an upper bound up front; keys,
+        # usually small, grow as they come. Reserving the bound twice made
+        # every call fault in twice the memory it used.
+        _reserve(&self.value_data, end - start)
+        if self.timestamp_types:
+            _reserve(&self.types, 4 * <Py_ssize_t>count)
+        if self.headers:
+            _reserve(&self.header_lists, 4 * <Py_ssize_t>count)
+        # Bits past the committed rows may be left over from a rejected batch.
+        _clear_bits_from(&self.key_valid, self.count, total)
+        _clear_bits_from(&self.value_valid, self.count, total)
+        cdef ColumnarAppend c
+        cdef ColumnarExtra x
         cdef ParseError e
         cdef int rc
-        with nogil:
-            rc = _append_records(&s, &batch, p, start, end, &e)
+        c.base_offset = h.base_offset
+        c.base_ts = h.base_timestamp
+        c.max_ts = h.max_timestamp
+        c.start_offset = start_offset
+        c.stop = stop
+        c.append_time = 1 if h.attributes & TIMESTAMP_TYPE_MASK else 0
+        c.bounded = bounded
+        c.count = h.record_count
+        c.last_delta = h.last_offset_delta
+        c.offsets = <int64_t*>self.offsets.data
+        c.timestamps = <int64_t*>self.timestamps.data
+        c.key_offsets = <int32_t*>self.key_offsets.data
+        c.value_offsets = <int32_t*>self.value_offsets.data
+        c.key_data = &self.key_data
+        c.value_data = self.value_data.data
+        c.key_valid = <unsigned char*>self.key_valid.data
+        c.value_valid = <unsigned char*>self.value_valid.data
+        c.n = self.count
+        c.key_size = self.key_data.size
+        c.value_size = self.value_data.size
+        c.key_nulls = self.key_nulls
+        c.value_nulls = self.value_nulls
+        cdef bint extra = self.headers or self.timestamp_types
+        if extra:
+            x.types = <int32_t*>self.types.data if self.timestamp_types else NULL
+            x.header_lists = <int32_t*>self.header_lists.data if self.headers else NULL
+            x.hkey_offsets = &self.hkey_offsets
+            x.hkey_data = &self.hkey_data
+            x.hvalue_offsets = &self.hvalue_offsets
+            x.hvalue_data = &self.hvalue_data
+            x.hvalue_valid = &self.hvalue_valid
+            x.headers = self.header_count
+            x.hkey_size = self.hkey_data.size
+            x.hvalue_size = self.hvalue_data.size
+            x.hvalue_nulls = self.hvalue_nulls
+            with nogil:
+                rc = _columnar_append_extra(&c, &x, p, start, end, &e)
+        else:
+            with nogil:
+                rc = _columnar_append(&c, p, start, end, &e)
+        if rc == -2:
+            raise MemoryError()
         if rc != 0:
-            _raise_append(rc, &e, owner is not None, pos)
+            # Nothing of a corrupt batch is kept: sizes are only committed below.
+            _raise_parse(&e, 0, owner is not None, pos)
+        cdef Py_ssize_t n = c.n
+        cdef Py_ssize_t i
+        cdef int64_t* micros
+        if self.timestamp_micros:
+            micros = <int64_t*>self.timestamps.data
+            with nogil:
+                for i in range(self.count, n):
+                    micros[i] *= 1000
+        cdef Py_ssize_t key_size = c.key_size
+        cdef Py_ssize_t value_size = c.value_size
+        if key_size > 2147483647 or value_size > 2147483647:
+            raise OverflowError("column data exceeds 2 GiB; finish() more often")
+        if self.headers:
+            if x.hkey_size > 2147483647 or x.hvalue_size > 2147483647 or x.headers > 2147483647:
+                raise OverflowError("header columns exceed 2 GiB or 2^31 headers; finish() more often")
+            self.header_count = x.headers
+            self.hkey_data.size = x.hkey_size
+            self.hvalue_data.size = x.hvalue_size
+            self.hvalue_nulls = x.hvalue_nulls
+            self.header_lists.size = 4 * (n + 1)
+            self.hkey_offsets.size = 4 * (x.headers + 1)
+            self.hvalue_offsets.size = 4 * (x.headers + 1)
+        if self.timestamp_types:
+            self.types.size = 4 * n
+        self.count = n
+        self.key_data.size = key_size
+        self.value_data.size = value_size
+        self.key_nulls = c.key_nulls
+        self.value_nulls = c.value_nulls
+        self.offsets.size = 8 * n
+        self.timestamps.size = 8 * n
+        self.key_offsets.size = 4 * (n + 1)
+        self.value_offsets.size = 4 * (n + 1)
         return h
-
-    cdef void _sink(self, _Sink* s) noexcept:
-        s.offsets = &self.offsets
-        s.timestamps = &self.timestamps
-        s.key_offsets = &self.key_offsets
-        s.key_data = &self.key_data
-        s.key_valid = &self.key_valid
-        s.value_offsets = &self.value_offsets
-        s.value_data = &self.value_data
-        s.value_valid = &self.value_valid
-        s.types = &self.types
-        s.header_lists = &self.header_lists
-        s.hkey_offsets = &self.hkey_offsets
-        s.hkey_data = &self.hkey_data
-        s.hvalue_offsets = &self.hvalue_offsets
-        s.hvalue_data = &self.hvalue_data
-        s.hvalue_valid = &self.hvalue_valid
-        s.count = &self.count
-        s.key_nulls = &self.key_nulls
-        s.value_nulls = &self.value_nulls
-        s.header_count = &self.header_count
-        s.hvalue_nulls = &self.hvalue_nulls
-        s.headers = self.headers
-        s.timestamp_types = self.timestamp_types
-        s.timestamp_micros = self.timestamp_micros
 
     def finish(self):
         """Hand the buffers to a Columns object and start empty, with room for as many bytes as these held."""
