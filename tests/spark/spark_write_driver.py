@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -45,6 +46,17 @@ def rows_frame(spark, rows: int, tasks: int):
     return spark.range(0, rows, numPartitions=tasks).selectExpr(
         "CAST(id AS STRING) AS key", "CAST(CAST(id AS STRING) AS BINARY) AS value",
         "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
+
+
+@contextlib.contextmanager
+def small_arrow_batches(spark, rows: int = 50):
+    """Inside the block, Spark hands the sink Arrow batches of at most `rows` rows (a failing task then has
+    sent some through before it fails)."""
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
 
 
 def source_with(name: str, writer_class):

@@ -20,6 +20,7 @@ from driver_processes import TIMEOUT, kill, kill_streams, run_driver
 from logstore.dir_transactions import JOURNAL_FILE, DirTransactions, hold_dir
 from logstore.read_committed import READ_COMMITTED
 from logstore.reader import StoreView
+from spark_write_driver import rows_frame, small_arrow_batches
 
 DRIVER = Path(__file__).with_name("spark_write_driver.py")
 
@@ -50,13 +51,6 @@ def stable(path: Path, topic: str) -> bool:
         with view.view(topic, p) as part:
             ends.append((part.last_stable_offset, part.high_watermark))
     return all(lso == hw for lso, hw in ends)
-
-
-def rows_frame(spark, rows: int, tasks: int):
-    """As spark_write_driver.rows_frame: key and value the row's number, one header `n` naming it."""
-    return spark.range(0, rows, numPartitions=tasks).selectExpr(
-        "CAST(id AS STRING) AS key", "CAST(CAST(id AS STRING) AS BINARY) AS value",
-        "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
 
 
 def assert_each_row_once(path: Path, topic: str, rows: int, partitions: int) -> None:
@@ -127,13 +121,9 @@ def test_a_failing_job_leaves_nothing_visible_and_no_transaction_open(spark, tmp
 
     df = rows_frame(spark, 2000, 2).withColumn("value", F.udf(explode, BinaryType())("value"))
     # Small Arrow batches and write buffer: the failing task appended rows before its failure.
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-    try:
-        with pytest.raises(Exception, match="this job fails"):
-            df.write.format("logstore").option("topic", "t").option("write.buffer.bytes", "500") \
-                .mode("append").save(str(tmp_path))
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    with small_arrow_batches(spark), pytest.raises(Exception, match="this job fails"):
+        df.write.format("logstore").option("topic", "t").option("write.buffer.bytes", "500") \
+            .mode("append").save(str(tmp_path))
     # Rows were appended before the failure (read_uncommitted sees them), read_committed sees none.
     view = StoreView(str(tmp_path))
     assert sum(view.view("t", p).high_watermark for p in range(2)) > 0

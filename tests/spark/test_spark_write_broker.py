@@ -26,6 +26,7 @@ from logstore.broker.admin_client import AdminClient
 from logstore.broker.txn_wire_producer import TxnProducerError, TxnWireProducer
 from logstore.formats.kafka_arrow import encode_arrow
 from logstore.spark.sink_broker import COMMITTED, read_decisions
+from spark_write_driver import rows_frame, small_arrow_batches
 from txn_checker import stable_offsets
 from txn_helpers import create_topic
 
@@ -61,13 +62,6 @@ def read_all(bootstrap: str, topic: str, partitions: int, isolation: str = "read
 def all_stable(bootstrap: str, topic: str, partitions: int) -> bool:
     """Whether every partition's last stable offset reached its high watermark (no transaction open)."""
     return all(lso == hw for lso, hw in stable_offsets(bootstrap, topic, range(partitions)).values())
-
-
-def rows_frame(spark, rows: int, tasks: int):
-    """As spark_write_driver.rows_frame: key and value the row's number, one header `n` naming it."""
-    return spark.range(0, rows, numPartitions=tasks).selectExpr(
-        "CAST(id AS STRING) AS key", "CAST(CAST(id AS STRING) AS BINARY) AS value",
-        "array(named_struct('key', 'n', 'value', CAST(CAST(id AS STRING) AS BINARY))) AS headers")
 
 
 def assert_each_row_once(bootstrap: str, topic: str, rows: int, partitions: int) -> None:
@@ -134,13 +128,9 @@ def test_a_failing_job_leaves_nothing_visible_and_no_transaction_open(spark, two
         return value
 
     df = rows_frame(spark, 2000, 2).withColumn("value", F.udf(explode, BinaryType())("value"))
-    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
-    try:
-        with pytest.raises(Exception, match="this job fails"):
-            (df.write.format("logstore").option("kafka.bootstrap.servers", bootstrap).option("topic", "t")
-             .mode("append").save())
-    finally:
-        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    with small_arrow_batches(spark), pytest.raises(Exception, match="this job fails"):
+        (df.write.format("logstore").option("kafka.bootstrap.servers", bootstrap).option("topic", "t")
+         .mode("append").save())
     assert sum(len(r) for r in read_all(bootstrap, "t", 2, "read_uncommitted").values()) > 0
     assert read_all(bootstrap, "t", 2) == {0: [], 1: []}
     assert all_stable(bootstrap, "t", 2)
