@@ -44,7 +44,8 @@ def alter_topic(broker, topic: str, **changes: str) -> None:
 
 def produce(broker, topic: str, messages: list[tuple[bytes | None, bytes, list, int]], **config) -> list:
     """Produce (key, value, headers, timestamp) messages in one go; each delivery's (error, offset)."""
-    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, **config})
+    # A long linger keeps each call's messages in one batch on a loaded machine (flush sends at once).
+    p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, **config})
     reports: list = []
     for key, value, headers, ts in messages:
         p.produce(topic, value=value, key=key, headers=headers, timestamp=ts, partition=0,
