@@ -7,7 +7,7 @@ that blocks on an fsync goes through `coordinate` (a thread pool).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from logstore.broker.config import BrokerConfig
     from logstore.broker.coordinator.group import GroupCoordinator
     from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.broker.durable_waits import Durable
     from logstore.broker.group_configs import GroupConfigStore
     from logstore.broker.metrics import RequestMetrics
     from logstore.broker.producer_ids import ProducerIdAllocator
@@ -72,3 +73,7 @@ class BrokerContext(Protocol):
 
     async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a blocking call (a coordinator's, an fsync) in the broker's thread pool."""
+
+    async def until_durable(self, waits: Sequence[tuple[Durable, int]], timeout: float) -> list[BaseException | None]:
+        """Wait until each (log, offset) is durable below offset, at most `timeout` s: per wait None, the
+        storage error that failed it, or NotDurableInTime."""

@@ -28,7 +28,7 @@ import asyncio
 import logging
 import socket
 import ssl
-from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from logstore.broker.api import load_all
 from logstore.broker.authorizer import AllowAll, Authorizer
 from logstore.broker.config import BrokerConfig
 from logstore.broker.connection import IDLE, SHUTDOWN, Connection
+from logstore.broker.durable_waits import Durable, LoopInbox, until_durable
 from logstore.broker.fetch_waiters import FetchWaiters, TopicPartition
 from logstore.broker.listener_security import ListenerSecurity, ListenerTls, listener_security
 from logstore.broker.listeners import Listener
@@ -77,6 +78,7 @@ class Broker:
         load_all()
         self.bound: list[tuple[Listener, str, int]] = []   # each listener served, with its bound address
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._inbox: LoopInbox | None = None
         self.node = Node(config, on_appended=self._appended_elsewhere, fs=fs)
         self.node_id = self.node.node_id
         self.cluster_id = self.node.cluster_id
@@ -149,6 +151,13 @@ class Broker:
         """Run a (blocking) coordinator call in the coordinator pool."""
         # in_pool: the call's time in the pool counts toward its request's request_percentage quota.
         return await asyncio.get_running_loop().run_in_executor(self._coordinator_pool, in_pool(call), *args)
+
+    async def until_durable(self, waits: Sequence[tuple[Durable, int]], timeout: float) -> list[BaseException | None]:
+        """Wait until each (log, offset) is durable below offset, at most `timeout` s: per wait None, the
+        storage error that failed it, or NotDurableInTime."""
+        if self._inbox is None:
+            self._inbox = LoopInbox(asyncio.get_running_loop())
+        return await until_durable(self._inbox, waits, timeout)
 
     # -- serving -------------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeAlias
 
 from .errors import StorageError
 from .log_dir_failures import LogDirState
@@ -52,6 +53,9 @@ def _pool() -> ThreadPoolExecutor:
             _sync_pool = ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="logstore-sync")
         return _sync_pool
 
+
+# How a waiter hears of its offsets: the recovery point reached, or why it never will be.
+Settle: TypeAlias = Callable[[int | BaseException], None]
 
 # Upper bounds (inclusive) of the fsync-time buckets, ms, and of the appends-per-fsync buckets.
 SYNC_MS_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0)
@@ -105,7 +109,7 @@ class GroupCommit:
         self._writes_done = 0
         self._writes_synced = 0     # appends begun before the last fsync that succeeded started
         self._urgent = 0
-        self._waiters: list[tuple[int, int, Future[int]]] = []
+        self._waiters: list[tuple[int, int, Settle]] = []
         self._order = itertools.count()
         self._driving = False
         self.last_flush = time.monotonic()
@@ -187,14 +191,15 @@ class GroupCommit:
                     self.last_flush = time.monotonic()
                 ready = self._pop_ready()
                 self._cond.notify_all()
-            for fut in ready:
-                fut.set_result(self._recovery_point)
+            point = self._recovery_point
+            for settle in ready:
+                settle(point)
 
     def check_healthy(self) -> None:
         """Raise StorageError (LogDirOfflineError) once the log dir is offline: it takes no more writes."""
         self._dir.check()
 
-    def _pop_ready(self) -> list[Future[int]]:
+    def _pop_ready(self) -> list[Settle]:
         ready = []
         while self._waiters and self._waiters[0][0] <= self._recovery_point:
             ready.append(heapq.heappop(self._waiters)[2])
@@ -203,19 +208,31 @@ class GroupCommit:
     def durable(self, offset: int) -> Future[int]:
         """A future that completes (with the recovery point) once every offset below `offset` is on disk."""
         fut: Future[int] = Future()
+        self.when_durable(offset, lambda point: _settle_future(fut, point))
+        return fut
+
+    def when_durable(self, offset: int, settle: Settle) -> None:
+        """Call `settle` once every offset below `offset` is on disk (with the recovery point), or with the
+        error that means it never will be: at once in this thread, or later in the thread that synced.
+
+        The form for callers that batch their own wake-ups (an event loop): no future per wait."""
+        now: int | BaseException | None = None
+        start = False
         with self._cond:
             if self._recovery_point >= offset:
-                fut.set_result(self._recovery_point)
-                return fut
-            if self._closed or not self._dir.online:
-                fut.set_exception(StorageError(f"log {self._name} is closed") if self._closed else self._dir.error())
-                return fut
-            heapq.heappush(self._waiters, (offset, next(self._order), fut))
-            start = not self._driving
-            self._driving = True
-        if start:
+                now = self._recovery_point
+            elif self._closed:
+                now = StorageError(f"log {self._name} is closed")
+            elif not self._dir.online:
+                now = self._dir.error()
+            else:
+                heapq.heappush(self._waiters, (offset, next(self._order), settle))
+                start = not self._driving
+                self._driving = True
+        if now is not None:
+            settle(now)
+        elif start:
             _pool().submit(self._drive)
-        return fut
 
     def _drive(self) -> None:
         # One fsync per turn, then back in the pool's queue: partitions with waiters take turns.
@@ -227,8 +244,9 @@ class GroupCommit:
                 failed = [w[2] for w in self._waiters]
                 self._waiters.clear()
                 self._driving = False
-            for fut in failed:
-                fut.set_exception(exc if isinstance(exc, Exception) else StorageError(str(exc)))
+            error = exc if isinstance(exc, Exception) else StorageError(str(exc))
+            for settle in failed:
+                settle(error)
             return
         with self._cond:
             if not self._waiters or self._closed:
@@ -248,8 +266,15 @@ class GroupCommit:
             failed = [w[2] for w in self._waiters]
             self._waiters.clear()
             self._cond.notify_all()
-        for fut in failed:
-            fut.set_exception(StorageError(f"log {self._name} closed before offset was durable"))
+        for settle in failed:
+            settle(StorageError(f"log {self._name} closed before offset was durable"))
+
+
+def _settle_future(fut: Future[int], point: int | BaseException) -> None:
+    if isinstance(point, BaseException):
+        fut.set_exception(point)
+    else:
+        fut.set_result(point)
 
 
 class RollFlusher:

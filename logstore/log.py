@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
-from logstore.durability import GroupCommit, roll_flusher
+from logstore.durability import GroupCommit, Settle, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import InvalidProducerEpochError, OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
 from logstore.filenames import DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, offset_path, parse_partition_dir
@@ -508,6 +508,11 @@ class Log:
     def durable(self, offset: int) -> Future[int]:
         """A future that completes once every offset below `offset` is on disk, without blocking."""
         return self._group.durable(offset)
+
+    def when_durable(self, offset: int, settle: Settle) -> None:
+        """Call `settle` with the recovery point once every offset below `offset` is on disk, or with the
+        error that means it never will be (`GroupCommit.when_durable`)."""
+        self._group.when_durable(offset, settle)
 
     def _sync(self, start: int, end: int) -> None:
         # No lock: appends write their bytes before moving the end, and

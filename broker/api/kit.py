@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -126,6 +127,18 @@ async def coordinate(request: Request, call: Callable[[*Ts], T], *args: *Ts) -> 
         return Outcome(value)
     except LogStoreError as exc:
         return failure(request, exc)
+
+
+async def coordinate_soon(request: Request, lock: threading.RLock, call: Callable[[*Ts], T], *args: *Ts
+                          ) -> Outcome[T]:
+    """`coordinate` for a short call that waits for nothing but `lock`: on the event loop when the lock is
+    free at once (no hop to the pool and back), else in the pool."""
+    if lock.acquire(blocking=False):
+        try:
+            return attempt(request, call, *args)
+        finally:
+            lock.release()
+    return await coordinate(request, call, *args)
 
 
 async def held(request: Request, call: Callable[[*Ts], Future[T]], *args: *Ts) -> Outcome[T]:

@@ -85,6 +85,7 @@ from logstore.broker.api.kit import (
 )
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.coordinator.txn_metadata import TV_2
+from logstore.broker.durable_waits import NotDurableInTime
 from logstore.broker.protocol import ErrorCode, decode_native_produce
 from logstore.broker.request_time import request_throttle, throttle_field
 from logstore.errors import LogStoreError
@@ -300,14 +301,14 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
     broker.notify_appended([(r.topic, r.index) for r in waits])
     fsync_errors: dict[int, ErrorCode] = {}
     if waits and acks == -1 and broker.config["logstore.acks.all.fsync"]:
-        futures = [asyncio.wrap_future(log_.durable(info.last_offset + 1))
-                   for info, log_ in (r.outcome.result for r in waits)]
-        _, pending = await asyncio.wait(futures, timeout=max(timeout, 0.001))
-        for result, fut in zip(waits, futures):
-            if fut in pending:
+        outcomes = await broker.until_durable([(log_, info.last_offset + 1)
+                                               for info, log_ in (r.outcome.result for r in waits)],
+                                              max(timeout, 0.001))
+        for result, outcome in zip(waits, outcomes):
+            if isinstance(outcome, NotDurableInTime):
                 fsync_errors[id(result)] = ErrorCode.request_timed_out
-            elif fut.exception() is not None:
-                log.error("fsync for %s failed: %s", result.topic, fut.exception())
+            elif outcome is not None:
+                log.error("fsync for %s failed: %s", result.topic, outcome)
                 fsync_errors[id(result)] = ErrorCode.kafka_storage_error
     if acks == 0:
         return None

@@ -79,7 +79,10 @@ from logstore.errors import (
 )
 
 if TYPE_CHECKING:
+    import threading
+
     from logstore.broker.coordinator.transaction import TransactionCoordinator
+    from logstore.log import Log
     from logstore.manager import LogManager
 
 __all__ = ["GroupConfig", "GroupCoordinator", "GroupDescription", "JoinResult", "ListedGroup", "MemberDescription",
@@ -343,6 +346,22 @@ class GroupCoordinator:
             raise _not_consumer(group_id)
         return self._offsets.commit_offsets(group_id, member_id, group_instance_id, generation_id, offsets,
                                             expire_timestamp, api_version)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The lock every group decision takes; never held across an fsync, so a caller that gets it at once
+        may run a short call (`commit_offsets_unsynced`) in its own thread."""
+        return self._context.lock
+
+    def commit_offsets_unsynced(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                generation_id: int, offsets: Mapping[TopicPartition, OffsetCommit],
+                                expire_timestamp: int = -1, api_version: int | None = None
+                                ) -> tuple[dict[TopicPartition, LogStoreError | None], list[tuple[Log, int]]]:
+        """`commit_offsets` without waiting for the fsync: the errors and the appends to wait for."""
+        if self._is_share(group_id):
+            raise _not_consumer(group_id)
+        return self._offsets.commit_offsets_unsynced(group_id, member_id, group_instance_id, generation_id,
+                                                     offsets, expire_timestamp, api_version)
 
     def commit_txn_offsets(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
                            member_id: str, group_instance_id: str | None, generation_id: int,

@@ -124,6 +124,12 @@ class GroupContext:
                 raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {error}") from error
             log.warning("%s not flushed: %s", OFFSETS_TOPIC, error)
 
+    def unsynced(self, fx: Effects) -> list[tuple[Log, int]]:
+        """For a call that holds no replies: the appends its caller waits for instead of `finish` (none
+        when this coordinator does not fsync)."""
+        assert not fx.replies, "held replies are released by finish()"
+        return fx.appended if self._fsync else []
+
     # -- topics ------------------------------------------------------------------------------
 
     def topic_id(self, topic: str) -> bytes | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from logstore.broker.coordinator.classic_groups import current_member
 from logstore.broker.coordinator.consumer_groups import ConsumerGroupManager
@@ -41,6 +42,9 @@ from logstore.errors import (
     UnknownMemberIdError,
     UnstableOffsetCommitError,
 )
+
+if TYPE_CHECKING:
+    from logstore.log import Log
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +135,24 @@ class OffsetManager:
         one (a KIP-848 member must commit with v9+). A group-level refusal (unknown member, wrong
         generation, ...) is raised.
         """
+        errors, fx = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, expire_timestamp,
+                                  api_version)
+        self._context.finish(fx)
+        return errors
+
+    def commit_offsets_unsynced(self, group_id: str, member_id: str, group_instance_id: str | None,
+                                generation_id: int, offsets: Mapping[TopicPartition, OffsetCommit],
+                                expire_timestamp: int = -1, api_version: int | None = None
+                                ) -> tuple[dict[TopicPartition, LogStoreError | None], list[tuple[Log, int]]]:
+        """`commit_offsets` without waiting for the fsync: the errors, and the (log, end offset) appends the
+        caller waits for before it answers (none when the coordinator does not fsync)."""
+        errors, fx = self._commit(group_id, member_id, group_instance_id, generation_id, offsets, expire_timestamp,
+                                  api_version)
+        return errors, self._context.unsynced(fx)
+
+    def _commit(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,
+                offsets: Mapping[TopicPartition, OffsetCommit], expire_timestamp: int, api_version: int | None
+                ) -> tuple[dict[TopicPartition, LogStoreError | None], Effects]:
         now = self._context.clock()
         fx = Effects()
         with self._context.lock:
@@ -143,8 +165,7 @@ class OffsetManager:
                     raise CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {exc}") from exc
                 for i, (tp, committed) in enumerate(accepted):
                     keep_newer(group.offsets, tp, committed._replace(log_offset=result.first_offset + i))
-        self._context.finish(fx)
-        return errors
+        return errors, fx
 
     def commit_txn_offsets(self, transactional_id: str, group_id: str, producer_id: int, producer_epoch: int,
                            member_id: str, group_instance_id: str | None, generation_id: int,

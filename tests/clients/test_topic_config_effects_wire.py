@@ -46,6 +46,9 @@ def produce(broker, topic: str, messages: list[tuple[bytes | None, bytes, list, 
     """Produce (key, value, headers, timestamp) messages in one go; each delivery's (error, offset)."""
     # A long linger keeps each call's messages in one batch on a loaded machine (flush sends at once).
     p = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000, **config})
+    # Known partitions first: messages produced before the metadata wait unassigned and, once it
+    # arrives during flush, move to the partition one by one while its sender takes each as a batch.
+    assert topic in p.list_topics(topic, timeout=TIMEOUT).topics
     reports: list = []
     for key, value, headers, ts in messages:
         p.produce(topic, value=value, key=key, headers=headers, timestamp=ts, partition=0,
