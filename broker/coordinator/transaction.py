@@ -259,8 +259,8 @@ class TransactionCoordinator:
         """
         _check_id(transactional_id)
         partitions = frozenset(partitions)
-        topics = self.store.topics()
-        unknown = sorted(tp for tp in partitions if not 0 <= tp[1] < topics.get(tp[0], 0))
+        count = self.store.partition_count
+        unknown = sorted(tp for tp in partitions if not 0 <= tp[1] < count(tp[0]))
         if unknown:
             error = UnknownTopicOrPartitionError(f"no such partitions: {unknown}")
             error.partitions = unknown
