@@ -12,10 +12,20 @@ else malformed stops the walk and is left for kio to report.
 The same walk finds tagged fields whose tag the schema does not know. Kafka
 skips those (a newer client may send them); kio's reader raises instead, so
 `check_and_strip` returns the frame without them for kio to read.
+
+The walk is written twice. `_entity` below is the reference, a tree of
+closures interpreted at every call; it alone strips tags. The usual frame
+(no tag section with anything in it, nothing truncated) goes through a
+function generated once per class from the same schema (`_compiled`), the
+closure walk unrolled into straight-line Python: the same reads, the same
+counts refused with the same messages, in the same order. Whatever that
+function does not settle itself (a non-empty tag section, a truncated
+value) it hands to the reference walk, from the start.
 """
 from __future__ import annotations
 
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import Field, fields
 from functools import cache
@@ -52,11 +62,18 @@ class ArrayCountError(ValueError):
     the schema allows none."""
 
 
-# Tag sections to rewrite, found by the walk in progress: (start, end, known entries).
-# Only top-level sections are rewritten; one nested in a tagged field would change
-# that field's size, so such a frame is left for kio to refuse.
-_unknown_tags: list[tuple[int, int, list[tuple[int, int]]]] = []
-_tag_depth = 0
+class _WalkState(threading.local):
+    """The walk in progress on this thread (large frames are decoded in worker threads, small ones on the
+    event loop, at the same time): the tag sections to rewrite, (start, end, known entries), and how deep in
+    tagged fields it is. Only top-level sections are rewritten; one nested in a tagged field would change
+    that field's size, so such a frame is left for kio to refuse."""
+
+    def __init__(self) -> None:
+        self.unknown_tags: list[tuple[int, int, list[tuple[int, int]]]] = []
+        self.tag_depth = 0
+
+
+_state = _WalkState()
 
 
 class _Stop(Exception):
@@ -201,19 +218,18 @@ def _entity(cls: type[Entity]) -> _Skipper:
                 else:
                     unknown = True
                 pos += size
-            if unknown and _tag_depth == 0:
-                _unknown_tags.append((start, pos, known))
+            if unknown and _state.tag_depth == 0:
+                _state.unknown_tags.append((start, pos, known))
         return pos
     return skip
 
 
 def _walk_tag(skipper: _Skipper, buf: bytes, pos: int, end: int) -> None:
-    global _tag_depth
-    _tag_depth += 1
+    _state.tag_depth += 1
     try:
         skipper(buf, pos, end)
     finally:
-        _tag_depth -= 1
+        _state.tag_depth -= 1
 
 
 def _uvarint_bytes(value: int) -> bytes:
@@ -225,24 +241,165 @@ def _uvarint_bytes(value: int) -> bytes:
     return bytes(out)
 
 
+class _Fallback(Exception):
+    """The compiled walk leaves this frame to the reference walk."""
+
+
+def _slow_uvarint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    try:
+        return _uvarint(buf, pos, end)
+    except _Stop:
+        raise _Fallback from None
+
+
+class _Gen:
+    """Source of a compiled walk: lines and fresh names."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.count = 0
+
+    def name(self, stem: str) -> str:
+        self.count += 1
+        return f"{stem}{self.count}"
+
+    def emit(self, indent: int, line: str) -> None:
+        self.lines.append("    " * indent + line)
+
+    def uvarint(self, indent: int, target: str) -> None:
+        """`target` = an unsigned varint at `pos` (one byte inline; longer ones, or none, by the helper)."""
+        self.emit(indent, f"if pos < end and buf[pos] < 128: {target} = buf[pos]; pos += 1")
+        self.emit(indent, f"else: {target}, pos = _uv(buf, pos, end)")
+
+    def advance(self, indent: int, size: int | str) -> None:
+        self.emit(indent, f"pos += {size}")
+        self.emit(indent, "if pos > end: raise _Fallback")
+
+
+def _gen_primitive(gen: _Gen, indent: int, kafka_type: str, flexible: bool, legacy_string: bool) -> None:
+    size = _FIXED.get(kafka_type)
+    n = gen.name("n")
+    if size is not None:
+        gen.advance(indent, size)
+    elif kafka_type in ("string", "bytes", "records"):
+        if flexible and not legacy_string:
+            gen.uvarint(indent, n)
+            gen.emit(indent, f"if {n} > 1: pos += {n} - 1")
+        else:
+            fmt = "_I16" if kafka_type == "string" else "_I32"
+            width = 2 if kafka_type == "string" else 4
+            gen.emit(indent, f"if pos + {width} > end: raise _Fallback")
+            gen.emit(indent, f"{n} = {fmt}.unpack_from(buf, pos)[0]; pos += {width}")
+            gen.emit(indent, f"if {n} > 0: pos += {n}")
+    else:
+        gen.emit(indent, "raise _Fallback")
+
+
+def _gen_field(gen: _Gen, indent: int, field: Field[Any], flexible: bool, legacy_string: bool) -> None:
+    kind = classify_field(field)
+    if isinstance(kind, PrimitiveField):
+        _gen_primitive(gen, indent, get_schema_field_type(field), flexible, legacy_string)
+        return
+    if isinstance(kind, EntityField):
+        if is_optional(field):  # KIP-893: an int8 marker, -1 for null
+            gen.emit(indent, "if pos >= end: raise _Fallback")
+            gen.emit(indent, "pos += 1")
+            gen.emit(indent, "if buf[pos - 1] != 0xFF:")
+            _gen_entity(gen, indent + 1, kind.type_)
+        else:
+            _gen_entity(gen, indent, kind.type_)
+        return
+    assert isinstance(kind, (PrimitiveTupleField, EntityTupleField))
+    n = gen.name("n")
+    if flexible:
+        gen.uvarint(indent, n)
+        gen.emit(indent, f"{n} -= 1")
+    else:
+        gen.emit(indent, "if pos + 4 > end: raise _Fallback")
+        gen.emit(indent, f"{n} = _I32.unpack_from(buf, pos)[0]; pos += 4")
+    gen.emit(indent, f"if {n} > end - pos: raise _too_many({field.name!r}, {n}, end - pos)")
+    if not is_optional(field):
+        gen.emit(indent, f"if {n} < 0: raise ArrayCountError({field.name + ': null for a non-nullable array'!r})")
+    size = _FIXED.get(get_schema_field_type(field)) if isinstance(kind, PrimitiveTupleField) else None
+    if size is not None:
+        gen.emit(indent, f"if {n} > 0:")
+        gen.advance(indent + 1, f"{size} * {n}")
+        return
+    gen.emit(indent, f"for _ in range({n}):")
+    if isinstance(kind, PrimitiveTupleField):
+        _gen_primitive(gen, indent + 1, get_schema_field_type(field), flexible, False)
+    else:
+        _gen_entity(gen, indent + 1, kind.type_)
+
+
+def _gen_entity(gen: _Gen, indent: int, cls: type[Entity]) -> None:
+    is_header = cls.__name__ == "RequestHeader"
+    fixed = 0
+    for f in fields(cls):
+        if get_field_tag(f) is not None:
+            continue
+        if isinstance(classify_field(f), PrimitiveField) and get_schema_field_type(f) in _FIXED:
+            fixed += _FIXED[get_schema_field_type(f)]
+            continue
+        if fixed:
+            gen.advance(indent, fixed)
+            fixed = 0
+        _gen_field(gen, indent, f, cls.__flexible__, is_header and f.name == "client_id")
+    if fixed:
+        gen.advance(indent, fixed)
+    if cls.__flexible__:
+        # An empty tag section is the usual case; any other (known tags or not) is the reference walk's.
+        gen.emit(indent, "if pos < end and buf[pos] == 0: pos += 1")
+        gen.emit(indent, "else: raise _Fallback")
+
+
+def _too_many(what: str, n: int, left: int) -> ArrayCountError:
+    return ArrayCountError(f"{what}: {n} elements announced, {left} bytes left")
+
+
+@cache
+def _compiled(cls: type[Entity]) -> _Skipper:
+    """The reference walk of `cls` unrolled into one function: (frame, position, end) -> position after."""
+    gen = _Gen()
+    gen.emit(0, "def walk(buf, pos, end):")
+    _gen_entity(gen, 1, cls)
+    gen.emit(1, "return pos")
+    namespace: dict[str, Any] = {"_uv": _slow_uvarint, "_I16": _I16, "_I32": _I32, "_Fallback": _Fallback,
+                                 "_too_many": _too_many, "ArrayCountError": ArrayCountError}
+    exec(compile("\n".join(gen.lines) + "\n", f"<array_bounds {cls.__module__}.{cls.__qualname__}>", "exec"),
+         namespace)
+    walk: _Skipper = namespace["walk"]
+    return walk
+
+
 def check_and_strip(cls: type[Entity], frame: bytes, offset: int) -> bytes:
     """`frame` with the entity at `offset` checked (ArrayCountError) and its unknown tagged fields removed."""
-    global _tag_depth
-    _unknown_tags.clear()
-    _tag_depth = 0
+    try:
+        _compiled(cls)(frame, offset, len(frame))
+        return frame
+    except _Fallback:
+        pass
+    return _check_and_strip(cls, frame, offset)
+
+
+def _check_and_strip(cls: type[Entity], frame: bytes, offset: int) -> bytes:
+    """The reference walk, and the stripping of unknown tags it finds."""
+    found = _state.unknown_tags
+    found.clear()
+    _state.tag_depth = 0
     try:
         _entity(cls)(frame, offset, len(frame))
     except _Stop:
         pass
-    if not _unknown_tags:
+    if not found:
         return frame
     pieces: list[bytes] = []
     done = 0
-    for start, end, known in _unknown_tags:
+    for start, end, known in found:
         pieces.append(frame[done:start])
         pieces.append(_uvarint_bytes(len(known)))
         pieces.extend(frame[a:b] for a, b in known)
         done = end
     pieces.append(frame[done:])
-    _unknown_tags.clear()
+    found.clear()
     return b"".join(pieces)
