@@ -49,7 +49,6 @@ from functools import cache
 from operator import attrgetter
 from typing import IO, cast
 
-from kio.serial import entity_writer
 from kio.serial.writers import write_compact_array_length, write_legacy_array_length
 from kio.static.primitive import i32
 
@@ -63,6 +62,7 @@ from logstore.broker.coordinator.internal_topics import (
     SHARE_STATE_TOPIC,
     TXN_STATE_TOPIC,
 )
+from logstore.broker.fast_codec import entity_encoder
 from logstore.broker.protocol import ZERO_MS, ErrorCode, PreEncoded, ResponseFrame, encode_body, frame_of_body
 from logstore.errors import InvalidTopicError, LogStoreError
 from logstore.topics import validate_topic_name
@@ -350,22 +350,14 @@ def _topic(version: int, row: Row, node_id: int) -> KioMessage:
 
 @cache
 def _row_writer(version: int) -> Callable[[KioMessage], bytes]:
-    """kio's writer of one MetadataResponseTopic of `version`, returning its bytes."""
-    # kio types a writer's sink as a stream or IO[bytes], but only ever calls its write(): ResponseFrame's.
-    write = cast(Callable[[ResponseFrame, KioMessage], None],
-                 entity_writer(response_type(KEY, version, "MetadataResponseTopic")))
-
-    def encoded(topic: KioMessage) -> bytes:
-        frame = ResponseFrame()
-        write(frame, topic)
-        return b"".join(frame.finish().parts)
-    return encoded
+    """The encoder of one MetadataResponseTopic of `version`, returning its bytes (kio's)."""
+    return entity_encoder(response_type(KEY, version, "MetadataResponseTopic"))
 
 
 def _array_count(version: int, count: int) -> bytes:
     """The topics array's count as kio writes it: a compact length (flexible versions) or an int32."""
     frame = ResponseFrame()
-    # As above: kio's count writers only call the sink's write().
+    # kio types a writer's sink as a stream or IO[bytes], but its count writers only call write().
     sink = cast(IO[bytes], frame)
     if response_type(KEY, version).__flexible__:
         write_compact_array_length(sink, count)
