@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from logstore.broker.config import BrokerConfig
 from logstore.broker.coordinator.group import GroupConfig, GroupCoordinator
+from logstore.broker.coordinator.group_loading import collection_paused
 from logstore.broker.coordinator.internal_topics import SHARE_STATE_TOPIC, ShareStateTopicConfig
 from logstore.broker.coordinator.share_group import ShareGroupConfig
 from logstore.broker.coordinator.transaction import (
@@ -81,11 +82,16 @@ def _now_ms() -> int:
 
 
 class Node:
-    """The store and coordinators of one data directory, with the thread that keeps them."""
+    """The store and coordinators of one data directory, with the thread that keeps them.
+
+    The group coordinator's partitions are read in the constructor, or with `load_groups_in_background`
+    by a thread of their own while the caller goes on (a broker listens meanwhile, as Kafka's does, and
+    groups not read yet answer COORDINATOR_LOAD_IN_PROGRESS).
+    """
 
     def __init__(self, config: BrokerConfig, *,
                  on_appended: Callable[[Iterable[tuple[str, int]] | None], None] | None = None,
-                 fs: FileSystem = OS):
+                 fs: FileSystem = OS, load_groups_in_background: bool = False):
         self.config = config
         self.node_id = config["node.id"]
         settings = {k: v for k, v in config.settings.items() if "." in k}
@@ -124,10 +130,14 @@ class Node:
                                            share_listener=self.share)
             self.group_configs.listen(self.groups.group_configs_changed)
             self.transactions.on_offsets_marker = self.groups.complete_txn_offsets
-            started = time.monotonic()
-            loaded = self.groups.load()
-            if loaded:
-                log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
+            self._group_loader: threading.Thread | None = None
+            if load_groups_in_background:
+                self._group_loader = threading.Thread(target=self._load_groups,
+                                                      args=(self.groups.begin_load(), True),
+                                                      name="logstore-group-load", daemon=True)
+                self._group_loader.start()
+            else:
+                self._load_groups(self.groups.begin_load(), background=False)
         except BaseException:
             try:
                 self.store.close()
@@ -135,6 +145,28 @@ class Node:
                 log.warning("log dirs not closed cleanly after the failed start: %s", exc)
             raise
         self._upkeep = threading.Thread(target=self._run_upkeep, name="logstore-upkeep", daemon=True)
+
+    def _load_groups(self, partitions: range, background: bool) -> None:
+        """Read the group coordinator's partitions one by one; groups of those not read yet answer
+        COORDINATOR_LOAD_IN_PROGRESS. In the `background`, a partition that cannot be read is logged and its
+        groups answer COORDINATOR_NOT_AVAILABLE (the broker already serves); otherwise its error is raised."""
+        started = time.monotonic()
+        with collection_paused():
+            for partition in partitions:
+                if self._closing:
+                    self.groups.abandon_load("the broker is stopping")
+                    return
+                try:
+                    self.groups.load_partition(partition)
+                except Exception as exc:
+                    if not background:
+                        raise
+                    log.exception("%s-%d could not be loaded; its groups answer COORDINATOR_NOT_AVAILABLE",
+                                  OFFSETS_TOPIC, partition)
+                    self.groups.fail_partition(partition, exc)
+        loaded = self.groups.group_count()
+        if loaded:
+            log.info("group coordinator loaded %d groups in %.2f s", loaded, time.monotonic() - started)
 
     def group_setting(self, group_id: str, name: str) -> Any:
         """A group config's value for a group: its own, else the broker's default."""
@@ -319,6 +351,8 @@ class Node:
             self._wake.notify()
         if self._upkeep.is_alive() and self._upkeep is not threading.current_thread():
             self._upkeep.join()
+        if self._group_loader is not None:
+            self._group_loader.join()  # it stops after the partition it reads: the store must outlive it
         try:
             self.store.close()
         except StorageError as exc:

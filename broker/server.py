@@ -79,7 +79,7 @@ class Broker:
         self.bound: list[tuple[Listener, str, int]] = []   # each listener served, with its bound address
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: LoopInbox | None = None
-        self.node = Node(config, on_appended=self._appended_elsewhere, fs=fs)
+        self.node = Node(config, on_appended=self._appended_elsewhere, fs=fs, load_groups_in_background=True)
         self.node_id = self.node.node_id
         self.cluster_id = self.node.cluster_id
         self.store = self.node.store
@@ -190,7 +190,8 @@ class Broker:
             log.info("logstore broker %d listening on %s:%d (%s, %s; cluster %s)", self.node_id, host, port,
                      listener.name, listener.security_protocol, self.cluster_id)
         if self.endpoint is not None:
-            # Partitions and coordinators loaded (the node's constructor), listeners bound: ready.
+            # Partitions and the transaction coordinator loaded (the node's constructor), listeners bound:
+            # ready. Groups may still be loading: they answer COORDINATOR_LOAD_IN_PROGRESS until they are.
             self.endpoint.set_ready(True, "ready")
         return self.bound[0][1], self.bound[0][2]
 

@@ -6,7 +6,8 @@ Dead with no members and no error, and so are a KIP-848 consumer group
 and a KIP-932 share group (ConsumerGroupDescribe and ShareGroupDescribe
 describe those), as Kafka answers these versions (v6 would answer
 GROUP_ID_NOT_FOUND, "Group ... is not a classic group."). A group the principal may
-not DESCRIBE answers GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis).
+not DESCRIBE answers GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis), one whose
+`__consumer_offsets` partition is still loading COORDINATOR_LOAD_IN_PROGRESS.
 Authorized operations are "not requested".
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.kit import AclOperation, ResourceType, authorized
+from logstore.broker.api.kit import AclOperation, ResourceType, authorized, coordinate
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 if TYPE_CHECKING:
@@ -39,7 +40,13 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
                                    group_state="", protocol_type="", protocol_data="", members=(),
                                    authorized_operations=UNKNOWN_OPERATIONS))
             continue
-        d: GroupDescription = await request.broker.coordinate(groups.describe, group_id)
+        outcome = await coordinate(request, groups.describe, group_id)
+        if not outcome.ok:  # the group's partition is still loading (or failed to)
+            described.append(build(group_cls, error_code=outcome.error, group_id=group_id, group_state="",
+                                   protocol_type="", protocol_data="", members=(),
+                                   authorized_operations=UNKNOWN_OPERATIONS))
+            continue
+        d: GroupDescription = outcome.result
         members = tuple(build(member_cls, member_id=m.member_id, group_instance_id=m.group_instance_id,
                               client_id=m.client_id, client_host=m.client_host, member_metadata=m.metadata,
                               member_assignment=m.assignment) for m in d.members)

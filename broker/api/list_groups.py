@@ -6,7 +6,9 @@ group's type. A consumer group's protocol type is "consumer" and its states
 are Kafka's (Empty, Assigning, Reconciling, Stable); a share group's protocol
 type is "share" and its states Empty and Stable. As Kafka's KafkaApis: DESCRIBE on the
 CLUSTER lists every group; without it, only the groups the principal may
-DESCRIBE, and the others are not named.
+DESCRIBE, and the others are not named. While some `__consumer_offsets`
+partition is still loading, the answer is COORDINATOR_LOAD_IN_PROGRESS and no
+groups, as Kafka's coordinator answers.
 """
 from __future__ import annotations
 
@@ -26,6 +28,9 @@ KEY = 16
 async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """The groups, with their protocol type (and state, v4; and type, v5)."""
     version = request.version
+    if request.broker.groups.loading:
+        return build(response_type(KEY, version), throttle_time=ZERO_MS,
+                     error_code=ErrorCode.coordinator_load_in_progress, groups=())
     listed: list[ListedGroup] = await request.broker.coordinate(
         request.broker.groups.listed_groups, getattr(body, "states_filter", ()), getattr(body, "types_filter", ()))
     if denied(request, AclOperation.DESCRIBE, ResourceType.CLUSTER):

@@ -6,7 +6,9 @@ receive what they use in their constructor:
 
 - `GroupContext` (group_context.py): the lock, the clock, the deadline heap
   and the appends to `__consumer_offsets`, with replies held until durable;
-- `GroupStore` (group_store.py): the groups by id, and loading them;
+- `GroupStore` (group_store.py): the groups by id, and reading them back;
+- `GroupLoader` and `PartitionLoads` (group_loading.py): loading them partition
+  by partition, and which partitions serve meanwhile;
 - `ClassicGroupManager` and `ClassicRebalancer` (classic_groups.py,
   classic_rebalance.py): the classic protocol;
 - `ConsumerGroupManager` and `ConsumerTimers` (consumer_groups.py,
@@ -49,6 +51,7 @@ from logstore.broker.coordinator.consumer_groups import (
 from logstore.broker.coordinator.consumer_timers import ConsumerTimers
 from logstore.broker.coordinator.group_config import GroupConfig
 from logstore.broker.coordinator.group_context import Effects, GroupContext
+from logstore.broker.coordinator.group_loading import GroupLoader, PartitionLoads, collection_paused
 from logstore.broker.coordinator.group_migration import GroupMigration
 from logstore.broker.coordinator.group_offsets import OffsetCommit, OffsetManager, TopicPartition
 from logstore.broker.coordinator.group_results import (
@@ -60,6 +63,7 @@ from logstore.broker.coordinator.group_results import (
 )
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset
 from logstore.broker.coordinator.group_store import GroupStore
+from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.broker.coordinator.share_group import ShareGroupConfig
 from logstore.broker.coordinator.share_groups import (
     ShareGroupDescription,
@@ -139,6 +143,9 @@ class GroupCoordinator:
                                       transactions.verified_write, self._consumers)
         self._shares = ShareGroupManager(self._context, self._group_store, share_config or ShareGroupConfig(),
                                          self.partition_of, share_listener, group_setting)
+        self._loads = PartitionLoads(self._context.lock)
+        self._loader = GroupLoader(self._context, self._group_store, self._loads, self._rebalancer,
+                                   self._consumer_timers, self._shares, self._offsets)
 
     def _is_share(self, group_id: str) -> bool:
         with self._context.lock:
@@ -152,20 +159,55 @@ class GroupCoordinator:
         """The `__consumer_offsets` partition of a group (the topic is created if missing)."""
         return self.transactions.offsets_partition(group_id)[1]
 
+    # -- loading ---------------------------------------------------------------------------
+
     def load(self) -> int:
         """Rebuild every group and its offsets from `__consumer_offsets`; how many groups there are."""
-        now = self._context.clock()
-        groups, txn_groups, shares = self._group_store.read(now, self._context.topic_names().get)
+        with collection_paused():
+            for partition in self.begin_load():
+                self.load_partition(partition)
+        return self.group_count()
+
+    def begin_load(self) -> range:
+        """Forget every group; until `load_partition` (or `fail_partition`) has run for a partition, calls
+        for its groups answer COORDINATOR_LOAD_IN_PROGRESS. The partitions to load."""
+        return self._loader.begin(range(self.store.topics().get(OFFSETS_TOPIC, 0)))
+
+    def load_partition(self, partition: int) -> int:
+        """Read one partition's groups, then serve them; how many it holds."""
+        return self._loader.load(partition)
+
+    def fail_partition(self, partition: int, error: BaseException | str) -> None:
+        """A partition could not be loaded: its groups answer COORDINATOR_NOT_AVAILABLE from now on."""
+        self._loader.fail(partition, error)
+
+    def abandon_load(self, why: str) -> None:
+        """The partitions still loading will not be (the node is closing): they answer
+        COORDINATOR_NOT_AVAILABLE, and nothing waits for them."""
+        self._loader.abandon(why)
+
+    @property
+    def loading(self) -> bool:
+        """Whether some `__consumer_offsets` partition is still loading."""
+        return self._loads.loading
+
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Wait until every partition is loaded (or failed to); False if `timeout` s passed first."""
+        return self._loads.wait(timeout)
+
+    def group_count(self) -> int:
+        """How many groups of every kind the coordinator holds."""
         with self._context.lock:
-            self._group_store.replace(groups, txn_groups, shares)
-            self._shares.start_sessions(now)
-            self._consumer_timers.clear()
-            for group in groups.values():
-                for member in group.members.values():
-                    self._rebalancer.schedule_member(group, member, member.heartbeat_deadline)
-                if group.consumer is not None:
-                    self._consumer_timers.start_sessions(group, now)
-        return len(groups) + len(shares)
+            return len(self._group_store) + len(self._group_store.shares)
+
+    def _refusal(self, group_id: str) -> LogStoreError | None:
+        """COORDINATOR_LOAD_IN_PROGRESS while the group's partition loads (COORDINATOR_NOT_AVAILABLE when
+        its load failed); None when it serves."""
+        return self._loads.refusal(self.partition_of(group_id)) if self._loads.unavailable else None
+
+    def _check(self, group_id: str) -> None:
+        if (refused := self._refusal(group_id)) is not None:
+            raise refused
 
     def restart_sessions(self) -> None:
         """Give every loaded member a whole session from now, when the broker starts serving: the time the
@@ -216,6 +258,8 @@ class GroupCoordinator:
         """JoinGroup: a future of the `JoinResult`, answered when the rebalance completes (or an error)."""
         if not group_id:
             return _answered(InvalidGroupIdError("the group id is empty"))
+        if (refused := self._refusal(group_id)) is not None:
+            return _answered(refused)
         if self._is_share(group_id):
             return _answered(InconsistentGroupProtocolError(f"Group {group_id} is a share group."))
         cfg = self.config
@@ -254,6 +298,8 @@ class GroupCoordinator:
                    assignments: Mapping[str, bytes], protocol_type: str | None = None,
                    protocol_name: str | None = None) -> Future[SyncResult]:
         """SyncGroup: a future of the member's `SyncResult`, answered once the leader's assignment is stored."""
+        if (refused := self._refusal(group_id)) is not None:
+            return _answered(refused)
         if self._is_share(group_id):
             return _answered(UnknownMemberIdError(f"Group {group_id} is a share group: it has no classic members."))
         now = self._context.clock()
@@ -286,6 +332,7 @@ class GroupCoordinator:
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   group_instance_id: str | None = None) -> None:
         """Heartbeat: the member is alive; raises RebalanceInProgressError when it must rejoin."""
+        self._check(group_id)
         now = self._context.clock()
         with self._context.lock:
             if group_id in self._group_store.shares:
@@ -298,6 +345,7 @@ class GroupCoordinator:
 
     def leave_group(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[LogStoreError | None]:
         """LeaveGroup: remove members (id, instance id); an error or None for each."""
+        self._check(group_id)
         now = self._context.clock()
         fx = Effects()
         with self._context.lock:
@@ -322,6 +370,7 @@ class GroupCoordinator:
                                  client_host: str = "", member_id_required: bool = True) -> ConsumerHeartbeatResult:
         """ConsumerGroupHeartbeat (`owned` by topic id; `member_id_required` from v1, where the client makes
         its id); Kafka's errors are raised."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._consumers.heartbeat(
@@ -332,9 +381,12 @@ class GroupCoordinator:
 
     def consumer_group_describe(self, group_ids: Iterable[str]) -> list[ConsumerGroupDescription]:
         """ConsumerGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown, classic or share one."""
-        found = self._consumers.describe(group_ids)
-        return [ConsumerGroupDescription(d.group_id, error=_not_consumer(d.group_id))
-                if d.error is not None and self._is_share(d.group_id) else d for d in found]
+        group_ids = list(group_ids)
+        refusals = {g: refused for g in group_ids if (refused := self._refusal(g)) is not None}
+        found = {d.group_id: d for d in self._consumers.describe([g for g in group_ids if g not in refusals])}
+        return [ConsumerGroupDescription(g, error=refusals[g]) if g in refusals
+                else ConsumerGroupDescription(g, error=_not_consumer(g))
+                if found[g].error is not None and self._is_share(g) else found[g] for g in group_ids]
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -342,6 +394,7 @@ class GroupCoordinator:
                        offsets: Mapping[TopicPartition, OffsetCommit], expire_timestamp: int = -1,
                        api_version: int | None = None) -> dict[TopicPartition, LogStoreError | None]:
         """OffsetCommit: persist (offset, leader epoch, metadata) per partition; an error or None for each."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._offsets.commit_offsets(group_id, member_id, group_instance_id, generation_id, offsets,
@@ -358,6 +411,7 @@ class GroupCoordinator:
                                 expire_timestamp: int = -1, api_version: int | None = None
                                 ) -> tuple[dict[TopicPartition, LogStoreError | None], list[tuple[Log, int]]]:
         """`commit_offsets` without waiting for the fsync: the errors and the appends to wait for."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._offsets.commit_offsets_unsynced(group_id, member_id, group_instance_id, generation_id,
@@ -368,19 +422,24 @@ class GroupCoordinator:
                            offsets: Mapping[TopicPartition, OffsetCommit]
                            ) -> dict[TopicPartition, LogStoreError | None]:
         """TxnOffsetCommit: offsets written in the producer's transaction, pending until its marker."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._offsets.commit_txn_offsets(transactional_id, group_id, producer_id, producer_epoch, member_id,
                                                 group_instance_id, generation_id, offsets)
 
     def complete_txn_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
-        """A marker of `producer_id` is in this `__consumer_offsets` partition: apply or drop its offsets."""
-        self._offsets.complete_txn_offsets(partition, producer_id, commit)
+        """A marker of `producer_id` is in this `__consumer_offsets` partition: apply or drop its offsets (once
+        the partition is loaded, if it is loading)."""
+        with self._context.lock:
+            if not self._loads.defer_marker(partition, producer_id, commit):
+                self._offsets.complete_txn_offsets(partition, producer_id, commit)
 
     def fetch_offsets(self, group_id: str, partitions: Iterable[TopicPartition] | None,
                       require_stable: bool = False, member_id: str | None = None, member_epoch: int = -1
                       ) -> dict[TopicPartition, CommittedOffset | LogStoreError | None]:
         """OffsetFetch: the committed offset of each partition (None if none; all of the group's for None)."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._offsets.fetch_offsets(group_id, partitions, require_stable, member_id, member_epoch)
@@ -388,20 +447,26 @@ class GroupCoordinator:
     def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
                        ) -> dict[TopicPartition, LogStoreError | None]:
         """OffsetDelete: forget offsets of topics the group does not consume."""
+        self._check(group_id)
         if self._is_share(group_id):
             raise _not_consumer(group_id)
         return self._offsets.delete_offsets(group_id, partitions)
 
     def delete_topic_offsets(self, topic: str) -> int:
-        """A topic is being deleted: every group forgets its offsets of it; how many offsets went."""
+        """A topic is being deleted: every group forgets its offsets of it; how many offsets went. Waits for
+        the load: a group still loading would keep them."""
+        self.wait_loaded()
         return self._offsets.delete_topic_offsets(topic)
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, LogStoreError | None]:
         """DeleteGroups: remove empty groups and their offsets (share groups and their records); an error or
         None for each."""
+        group_ids = list(group_ids)
+        refusals: dict[str, LogStoreError | None] = {
+            g: refused for g in group_ids if (refused := self._refusal(g)) is not None}
         with self._context.lock:
-            shares, others = share_ids(self._group_store, group_ids)
-        errors = self._offsets.delete_groups(others) if others else {}
+            shares, others = share_ids(self._group_store, [g for g in group_ids if g not in refusals])
+        errors = refusals | (self._offsets.delete_groups(others) if others else {})
         if shares:
             errors.update(self._shares.delete(shares))
         return errors
@@ -415,6 +480,7 @@ class GroupCoordinator:
 
     def describe(self, group_id: str) -> GroupDescription:
         """DescribeGroups for one classic group (Dead with no members when unknown, as Kafka answers)."""
+        self._check(group_id)
         with self._context.lock:
             return self._classic.describe(group_id)
 
@@ -440,13 +506,17 @@ class GroupCoordinator:
                               subscribed_topic_names: Iterable[str] | None = None, client_id: str = "",
                               client_host: str = "") -> ShareHeartbeatResult:
         """ShareGroupHeartbeat; Kafka's errors are raised."""
+        self._check(group_id)
         return self._shares.heartbeat(group_id, member_id, member_epoch, rack_id=rack_id,
                                       subscribed_topic_names=subscribed_topic_names, client_id=client_id,
                                       client_host=client_host)
 
     def share_group_describe(self, group_ids: Iterable[str]) -> list[ShareGroupDescription]:
         """ShareGroupDescribe: each group, or GROUP_ID_NOT_FOUND for an unknown or other kind of group."""
-        return self._shares.describe(group_ids)
+        group_ids = list(group_ids)
+        refusals = {g: refused for g in group_ids if (refused := self._refusal(g)) is not None}
+        found = {d.group_id: d for d in self._shares.describe([g for g in group_ids if g not in refusals])}
+        return [ShareGroupDescription(g, error=refusals[g]) if g in refusals else found[g] for g in group_ids]
 
     def group_configs_changed(self, group_id: str) -> None:
         """A group's configs changed (durably): its consumer-protocol members run with them from now; share

@@ -22,14 +22,26 @@ each struct, unknown tags skipped). Keys are never flexible.
                      nullable string (v3+), clientId string, clientHost
                      string, rebalanceTimeout int32 (v1+), sessionTimeout
                      int32, subscription bytes, assignment bytes]
+
+A coordinator's load reads a record per offset ever committed, so the
+versions Kafka writes are also read natively (logstore.native.offset_replay,
+re-exported here): `plain_run` finds the batches to decode in columns,
+`OffsetReplay` applies their offsets and group metadata in place,
+`group_metadata` backs `decode_group_value`. The
+decoders below read every version and refuse what is corrupt; the native
+ones leave them whatever they do not read themselves.
 """
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
 from logstore.errors import CorruptRecordError
+from logstore.native.offset_replay import OffsetReplay, group_metadata, plain_run
+
+__all__ = ["GroupKey", "GroupValue", "MemberValue", "OffsetKey", "OffsetReplay", "OffsetValue", "decode_group_value",
+           "decode_key", "decode_offset_value", "encode_group_key", "encode_group_value", "encode_offset_key",
+           "encode_offset_value", "plain_run"]
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -95,9 +107,6 @@ class GroupValue:
 
 def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
     """The key, or None for a record type this coordinator does not keep (3+: KIP-848, share groups)."""
-    fields = _fast_offset_key(data)
-    if fields is not None:
-        return OffsetKey(*fields)
     reader = Reader(data, "__consumer_offsets key")
     version = reader.int(2)
     if version < 0:
@@ -139,9 +148,6 @@ def encode_offset_value(value: OffsetValue) -> bytes:
 
 def decode_offset_value(data: bytes) -> OffsetValue:
     """An OffsetCommitValue of version 0..4."""
-    fields = _fast_offset_value(data)
-    if fields is not None:
-        return OffsetValue(*fields)
     reader = Reader(data, "OffsetCommitValue")
     version = _value_version(reader)
     flexible = version >= _FIRST_FLEXIBLE
@@ -171,6 +177,10 @@ def encode_group_value(value: GroupValue) -> bytes:
 
 def decode_group_value(data: bytes) -> GroupValue:
     """A GroupMetadataValue of version 0..4."""
+    fields = group_metadata(data)  # the non-flexible versions, natively: a load decodes one per group
+    if fields is not None:
+        protocol_type, generation, protocol, leader, timestamp, read = fields
+        return GroupValue(protocol_type, generation, protocol, leader, timestamp, tuple(MemberValue(*m) for m in read))
     reader = Reader(data, "GroupMetadataValue")
     version = _value_version(reader)
     flexible = version >= _FIRST_FLEXIBLE
@@ -210,56 +220,3 @@ def _value_version(reader: Reader) -> int:
     if version not in _VALUE_VERSIONS:
         raise CorruptRecordError(f"{reader.what} version {version} is not one of 0..4")
     return version
-
-
-# Loading a coordinator decodes a record pair per committed offset; these read the versions Kafka
-# writes (key v0/v1, value v3) in a few struct calls, and leave anything else, well-formed or not,
-# to the bounded readers above.
-_KEY_HEAD = struct.Struct(">hh")
-_LEN = struct.Struct(">h")
-_PARTITION = struct.Struct(">i")
-_VALUE_V3_HEAD = struct.Struct(">hqih")
-_TIMESTAMP = struct.Struct(">q")
-# (group, topic, partition), (offset, leader_epoch, metadata, commit_timestamp) and the two together.
-_OffsetKeyFields = tuple[str, str, int]
-_OffsetValueFields = tuple[int, int, str, int]
-OffsetCommitFields = tuple[str, str, int, int, int, str, int]
-
-
-def read_offset_commit(key: bytes | None, value: bytes | None) -> OffsetCommitFields | None:
-    """(group, topic, partition, offset, leader_epoch, metadata, commit_timestamp) of an offset commit
-    in the versions Kafka writes (key v0/v1, value v3); None for any other record, to decode in full."""
-    if key is None or value is None:
-        return None
-    k = _fast_offset_key(key)
-    if k is None:
-        return None
-    v = _fast_offset_value(value)
-    return None if v is None else k + v
-
-
-def _fast_offset_key(data: bytes) -> _OffsetKeyFields | None:
-    try:
-        version, n = _KEY_HEAD.unpack_from(data, 0)
-        if version not in (0, 1) or n < 0:
-            return None
-        group = bytes(data[4:4 + n]).decode("utf-8")
-        pos = 4 + n
-        (m,) = _LEN.unpack_from(data, pos)
-        if m < 0 or len(data) != pos + 2 + m + 4:
-            return None
-        topic = bytes(data[pos + 2:pos + 2 + m]).decode("utf-8")
-        return group, topic, _PARTITION.unpack_from(data, pos + 2 + m)[0]
-    except (struct.error, UnicodeDecodeError):
-        return None
-
-
-def _fast_offset_value(data: bytes) -> _OffsetValueFields | None:
-    try:
-        version, offset, leader_epoch, n = _VALUE_V3_HEAD.unpack_from(data, 0)
-        if version != 3 or n < 0 or len(data) != 16 + n + 8:
-            return None
-        metadata = bytes(data[16:16 + n]).decode("utf-8")
-        return offset, leader_epoch, metadata, _TIMESTAMP.unpack_from(data, 16 + n)[0]
-    except (struct.error, UnicodeDecodeError):
-        return None

@@ -11,6 +11,7 @@ share-group records (types 9-15) KIP-932 share groups.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -19,16 +20,27 @@ from logstore.broker.coordinator.group_log import (
     GroupKey,
     GroupValue,
     OffsetKey,
+    OffsetReplay,
     decode_group_value,
     decode_key,
     decode_offset_value,
-    read_offset_commit,
+    plain_run,
 )
 from logstore.broker.coordinator.group_state import CommittedOffset, Group
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.broker.coordinator.share_group import ShareGroup
 from logstore.errors import CorruptRecordError, StorageError
-from logstore.formats.kafka import read_control_record
+from logstore.formats.kafka import (
+    Columns,
+    Entry,
+    Record,
+    add_entries,
+    column_builder,
+    decode_entry,
+    entry_end,
+    iter_entries,
+    read_control_record,
+)
 
 if TYPE_CHECKING:
     from logstore.log import Log
@@ -41,6 +53,11 @@ TopicPartition = tuple[str, int]
 PendingOffsets = dict[int, list[tuple[str, TopicPartition, CommittedOffset]]]
 # What `read` finds: the classic and consumer groups, the pending-offset index, the share groups.
 Loaded = tuple[dict[str, Group], dict[tuple[int, int], set[str]], dict[str, ShareGroup]]
+# Bytes read from a partition at a time while loading, and rows replayed natively in one call: a call
+# holds the GIL (a few ms), and a broker serves requests while it loads.
+CHUNK_BYTES = 4 << 20
+ROWS_A_CALL = 16_384
+MAX_OFFSET = (1 << 63) - 1
 
 
 class GroupStore:
@@ -49,7 +66,8 @@ class GroupStore:
     (they have no offsets here, and the classic and consumer calls never see them: the façade refuses
     those calls on a share group's id).
 
-    Not locked itself: the coordinator's lock guards it (`read` alone runs outside it).
+    Not locked itself: the coordinator's lock guards it (`read` alone runs outside it: the coordinator
+    refuses calls for a partition's groups until it has installed what `read` found there).
     """
 
     def __init__(self, store: LogManager) -> None:
@@ -82,30 +100,30 @@ class GroupStore:
     def __len__(self) -> int:
         return len(self.by_id)
 
-    def read(self, now: int, topic_names: Callable[[bytes], str | None]) -> Loaded:
-        """The groups, pending-offset index and share groups `__consumer_offsets` holds (nothing is changed
-        here); `topic_names` maps the topic ids of consumer- and share-group records to names."""
-        partitions = self.store.topics().get(OFFSETS_TOPIC, 0)
-        groups: dict[str, Group] = {}
+    def read(self, partition: int, now: int, topic_names: Callable[[bytes], str | None]) -> Loaded:
+        """The groups, pending-offset index and share groups one `__consumer_offsets` partition holds
+        (nothing is changed here); `topic_names` maps the topic ids of consumer- and share-group records
+        to names."""
+        groups, pending, shares = load_partition(self.store.log(OFFSETS_TOPIC, partition), partition, now,
+                                                 topic_names)
         txn_groups: dict[tuple[int, int], set[str]] = {}
-        shares: dict[str, ShareGroup] = {}
-        for p in range(partitions):
-            loaded, pending, shared = load_partition(self.store.log(OFFSETS_TOPIC, p), p, now, topic_names)
-            groups.update(loaded)
-            shares.update(shared)
-            for producer_id, entries in pending.items():
-                for group_id, tp, offset in entries:
-                    group = groups.setdefault(group_id, Group(group_id, p))
-                    group.pending_txn_offsets.setdefault(producer_id, {})[tp] = offset
-                    txn_groups.setdefault((p, producer_id), set()).add(group_id)
+        for producer_id, entries in pending.items():
+            for group_id, tp, offset in entries:
+                group = groups.get(group_id) or groups.setdefault(group_id, Group(group_id, partition))
+                group.pending_txn_offsets.setdefault(producer_id, {})[tp] = offset
+                txn_groups.setdefault((partition, producer_id), set()).add(group_id)
         return groups, txn_groups, shares
 
-    def replace(self, groups: dict[str, Group], txn_groups: dict[tuple[int, int], set[str]],
-                shares: dict[str, ShareGroup] | None = None) -> None:
-        """Take what `read` returned as the current state (under the lock)."""
-        self.by_id = groups
-        self.txn_groups = txn_groups
-        self.shares = shares or {}
+    def clear(self) -> None:
+        """Forget every group (under the lock), before they are read again."""
+        self.by_id, self.txn_groups, self.shares = {}, {}, {}
+
+    def install(self, loaded: Loaded) -> None:
+        """Add what `read` returned for a partition to the current state (under the lock)."""
+        groups, txn_groups, shares = loaded
+        self.by_id.update(groups)
+        self.txn_groups.update(txn_groups)
+        self.shares.update(shares)
 
 
 def keep_newer(offsets: dict[TopicPartition, CommittedOffset], tp: TopicPartition,
@@ -122,77 +140,134 @@ def load_partition(partition_log: Log, partition: int, now: int,
     """Groups and offsets of one `__consumer_offsets` partition, the transactional offsets
     still pending there (producer id -> [(group, partition, offset)]), and its share groups.
     `topic_names` maps the topic ids of consumer- and share-group records to names."""
-    metadata: dict[str, GroupValue | None] = {}
-    consumer_groups = consumer_group_log.ConsumerGroupLoader(topic_names)
-    share_groups = share_group_log.ShareGroupLoader(topic_names)
-    offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-    pending: PendingOffsets = {}
-    for header, records in partition_log.iter_batches():
+    replay = _PartitionReplay(partition, topic_names)
+    offset = partition_log.log_start_offset
+    while offset < partition_log.log_end_offset:
+        data = partition_log.read(offset, CHUNK_BYTES)
+        if data.records is None:
+            break
+        buf = data.read()
+        pos, next_offset = 0, offset
+        while True:
+            # Runs of plain batches go to columns in one native call (each CRC checked there) and their
+            # records to the native replay; control batches, transactional offsets (pending until their
+            # marker) and legacy entries are replayed record by record, in log order between the runs.
+            end, run_next = plain_run(buf, pos)
+            if end > pos:
+                builder = column_builder()
+                added, _ = add_entries(builder, memoryview(buf)[:end], pos, 0, MAX_OFFSET, sys.maxsize)
+                if added != end:
+                    raise StorageError(f"{partition_log.directory}: batches at byte {pos} read as far as {added} "
+                                       f"of {end}")
+                replay.columns(builder.finish())
+                pos, next_offset = end, run_next
+            entry = next(iter_entries(buf, pos), None)  # its CRC checked; None: no whole entry left
+            if entry is None:
+                break
+            replay.batch(entry, decode_entry(buf, entry))
+            pos, next_offset = entry_end(entry), entry.last_offset + 1
+        if next_offset <= offset:
+            raise StorageError(f"{partition_log.directory}: no whole batch at offset {offset}")
+        offset = next_offset
+    return replay.result(now)
+
+
+class _PartitionReplay:
+    """What one partition's records leave, applied in log order (Kafka's GroupCoordinatorShard replay)."""
+
+    def __init__(self, partition: int, topic_names: Callable[[bytes], str | None]) -> None:
+        self.partition = partition
+        self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        # group id -> (log offset, GroupMetadataValue bytes or None): the last record wins, decoded once
+        self.metadata: dict[str, tuple[int, bytes | None]] = {}
+        self.pending: PendingOffsets = {}
+        self.consumer_groups = consumer_group_log.ConsumerGroupLoader(topic_names)
+        self.share_groups = share_group_log.ShareGroupLoader(topic_names)
+
+    def columns(self, columns: Columns) -> None:
+        """The records of plain batches: offsets and metadata natively, other rows here, in log order."""
+        replay = OffsetReplay(columns, self.offsets, self.metadata, CommittedOffset)
+        row, count = 0, replay.count
+        while row < count:
+            stop = min(row + ROWS_A_CALL, count)
+            row = replay.replay(row, stop)
+            if row < stop:
+                self.record(replay.key(row), replay.value(row), replay.offset(row), None)
+                row += 1
+
+    def batch(self, header: Entry, records: list[Record]) -> None:
+        """A control batch (a marker ends its producer's pending offsets), a transactional or legacy one."""
         producer_id = getattr(header, "producer_id", -1)
         if getattr(header, "is_control", False):
-            entries = pending.pop(producer_id, [])
+            entries = self.pending.pop(producer_id, [])
             if records and read_control_record(records[0]).type_name == "COMMIT":
                 for group_id, tp, committed in entries:
-                    keep_newer(offsets.setdefault(group_id, {}), tp, committed)
-            continue
+                    keep_newer(self.offsets.setdefault(group_id, {}), tp, committed)
+            return
         transactional = getattr(header, "is_transactional", False)
         for record in records:
-            fields = read_offset_commit(record.key, record.value)
-            if fields is not None:
-                group_id, topic, p, offset, leader_epoch, text, timestamp = fields
-                committed = CommittedOffset(offset, leader_epoch, text, timestamp, -1, record.offset)
-                if transactional:
-                    pending.setdefault(producer_id, []).append((group_id, (topic, p), committed))
+            self.record(record.key, record.value, record.offset, producer_id if transactional else None)
+
+    def record(self, key: bytes | None, value: bytes | None, offset: int, producer_id: int | None) -> None:
+        """One record (`producer_id`: of a transactional batch, None otherwise)."""
+        if key is None:
+            return
+        try:
+            decoded = decode_key(key)
+            if isinstance(decoded, OffsetKey):
+                tp = (decoded.topic, decoded.partition)
+                if value is None:
+                    self.offsets.get(decoded.group, {}).pop(tp, None)
+                    return
+                v = decode_offset_value(value)
+                committed = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
+                                            v.expire_timestamp, offset)
+                if producer_id is not None:
+                    self.pending.setdefault(producer_id, []).append((decoded.group, tp, committed))
                 else:
-                    # Later in the log than anything applied so far, committed transactions included.
-                    (offsets.get(group_id) or offsets.setdefault(group_id, {}))[(topic, p)] = committed
+                    keep_newer(self.offsets.setdefault(decoded.group, {}), tp, committed)
+            elif isinstance(decoded, GroupKey):
+                # A tombstone ends the group's metadata, not its offsets (those have their own).
+                self.metadata[decoded.group] = (offset, value)
+            elif (consumer_key := consumer_group_log.decode_key(key)) is not None:
+                self.consumer_groups.replay(consumer_key, value)
+            elif (share_key := share_group_log.decode_key(key)) is not None:
+                self.share_groups.replay(share_key, value)
+        except CorruptRecordError as exc:
+            raise StorageError(f"{OFFSETS_TOPIC}-{self.partition} offset {offset}: {exc}") from exc
+
+    def _metadata(self, group_id: str) -> GroupValue | None:
+        offset, value = self.metadata.get(group_id, (-1, None))
+        try:
+            return None if value is None else decode_group_value(value)
+        except CorruptRecordError as exc:
+            raise StorageError(f"{OFFSETS_TOPIC}-{self.partition} offset {offset}: {exc}") from exc
+
+    def result(self, now: int) -> tuple[dict[str, Group], PendingOffsets, dict[str, ShareGroup]]:
+        """The groups (members' sessions from `now`), the pending offsets and the share groups."""
+        groups: dict[str, Group] = {}
+        consumers = self.consumer_groups.groups()
+        partition = self.partition
+        for group_id in self.metadata.keys() | self.offsets.keys() | consumers.keys():
+            value = self._metadata(group_id)
+            group_offsets = self.offsets.get(group_id, {})
+            consumer = consumers.get(group_id)
+            if value is None and not group_offsets and consumer is None:
                 continue
-            try:
-                key = decode_key(record.key) if record.key is not None else None
-                if isinstance(key, OffsetKey):
-                    tp = (key.topic, key.partition)
-                    if record.value is None:
-                        offsets.get(key.group, {}).pop(tp, None)
-                        continue
-                    v = decode_offset_value(record.value)
-                    committed = CommittedOffset(v.offset, v.leader_epoch, v.metadata, v.commit_timestamp,
-                                                v.expire_timestamp, record.offset)
-                    if transactional:
-                        pending.setdefault(producer_id, []).append((key.group, tp, committed))
-                    else:
-                        keep_newer(offsets.setdefault(key.group, {}), tp, committed)
-                elif isinstance(key, GroupKey):
-                    # A tombstone ends the group's metadata, not its offsets (those have their own).
-                    metadata[key.group] = None if record.value is None else decode_group_value(record.value)
-                elif key is None and record.key is not None:
-                    consumer_key = consumer_group_log.decode_key(record.key)
-                    if consumer_key is not None:
-                        consumer_groups.replay(consumer_key, record.value)
-                    elif (share_key := share_group_log.decode_key(record.key)) is not None:
-                        share_groups.replay(share_key, record.value)
-            except CorruptRecordError as exc:
-                raise StorageError(f"{OFFSETS_TOPIC}-{partition} offset {record.offset}: {exc}") from exc
-    groups: dict[str, Group] = {}
-    consumers = consumer_groups.groups()
-    for group_id in set(metadata) | set(offsets) | set(consumers):
-        value = metadata.get(group_id)
-        group_offsets = offsets.get(group_id, {})
-        consumer = consumers.get(group_id)
-        if value is None and not group_offsets and consumer is None:
-            continue
-        if consumer is not None:
-            if value is not None:
-                log.warning("group %r has live classic and consumer records; loaded as a consumer group", group_id)
-            group = Group(group_id, partition)
-            group.consumer = consumer
-        elif value is not None:
-            group = Group.from_value(group_id, partition, value, now)
-        else:
-            group = Group(group_id, partition)
-        group.offsets = group_offsets
-        groups[group_id] = group
-    shares = share_groups.groups()
-    for group_id in shares.keys() & groups.keys():
-        log.warning("group %r has live share and other records; loaded as a share group", group_id)
-        del groups[group_id]
-    return groups, pending, shares
+            if consumer is not None:
+                if value is not None:
+                    log.warning("group %r has live classic and consumer records; loaded as a consumer group",
+                                group_id)
+                group = Group(group_id, partition)
+                group.consumer = consumer
+            elif value is not None:
+                group = Group.from_value(group_id, partition, value, now)
+            else:
+                group = Group(group_id, partition)
+            group.offsets = group_offsets
+            groups[group_id] = group
+        shares = self.share_groups.groups()
+        for group_id in shares.keys() & groups.keys():
+            log.warning("group %r has live share and other records; loaded as a share group", group_id)
+            del groups[group_id]
+        return groups, self.pending, shares
