@@ -64,14 +64,20 @@ test: check build kcat
 soak: build kcat
 	$(PYTEST) -q -m soak tests
 
-# Each suite writes its JSON, then its report prints the ratios.
+# Each suite writes its JSON, then its report prints the ratios and writes them to .benchmarks/summary/;
+# bench/html_report.py draws them all in .benchmarks/report.html.
 BENCH := $(PYTEST) -q --benchmark-only --benchmark-columns=min,median,iqr,ops,rounds --benchmark-group-by=group
 
 # The C client of the broker benches (bench/c_client.py, bench/parked_fetch.py): librdkafka's rdkafka_performance
 # in build/bench-tools, built against Debian's librdkafka source and run against the confluent-kafka wheel's newer
 # librdkafka; apt-get installs what is missing. Does nothing once built.
-bench-tools: build
+bench-tools: build build/bench-tools/paced_producers
 	bench/tools/build_rdkafka_performance.sh $(VENV)
+
+# bench/c_client_curves.py's producer: librdkafka instances in one process, paced on a schedule (its header says why).
+build/bench-tools/paced_producers: bench/tools/paced_producers.c | build
+	bench/tools/build_rdkafka_performance.sh $(VENV)
+	cc -O2 -Wall -o $@ $< -lrdkafka
 
 bench: build bench-tools
 	@mkdir -p .benchmarks
@@ -106,8 +112,11 @@ bench: build bench-tools
 	$(BENCH) bench/test_produce_check.py --benchmark-json=.benchmarks/produce_check.json
 	$(BIN)/python bench/test_produce_check.py .benchmarks/produce_check.json
 	$(BIN)/python bench/c_client.py --data-root /dev/shm
+	$(BIN)/python bench/c_client_curves.py
+	$(BIN)/python bench/small_requests.py --data-root /dev/shm --requests 5000
 	$(BIN)/python bench/parked_fetch.py --data-root /dev/shm
 	$(BIN)/python bench/security.py --data-root /dev/shm --count 200000
+	$(BIN)/python bench/html_report.py .benchmarks
 
 # Release artifacts in dist/: the sdist, and from it one wheel per Python 3.11-3.13
 # that runs here (pythonX.Y on PATH, else pyenv's newest X.Y), compiled at -O3,

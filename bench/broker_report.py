@@ -16,6 +16,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, in_op_order, load_groups, machine_line, met, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/broker.json"
 OP_ORDER = ("produce", "consume", "wide")
@@ -33,12 +34,13 @@ def _config(info: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in (info.get("config") or {}).items())
 
 
-def _throughput_rows(group: str, bench: dict) -> list[tuple]:
+def _throughput_rows(group: str, bench: dict, summary: Summary) -> list[tuple]:
     info, rounds = bench["extra_info"], bench["stats"]["rounds"]
     rate, best, target = info["msg_per_s"], info["msg_per_s_best"], info["target_msg_per_s"]
     wall = _seconds(info["round_seconds"])
     rows = [(f"{group}: throughput", f"{_rate(rate)} (best round {_rate(best)})", f">= {_rate(target)}",
              met(rate >= target, best >= target), f"{_config(info)}; rounds took {wall} s", rounds)]
+    summary.row(rows[0][0], rate, verdict=rows[0][3], target=target, unit="msg/s", ours=_rate(rate))
     broker, client = info["broker_cpu_s_median"], info["client_cpu_s_median"]
     cpu = f"broker {_cpu(info, 'broker')}, client {_cpu(info, 'client')}"
     per_round = (f"CPU s per round: broker {_seconds(info['broker_cpu_s'])}, "
@@ -47,6 +49,9 @@ def _throughput_rows(group: str, bench: dict) -> list[tuple]:
         rows.append((f"{group}: CPU", cpu, "broker < client", met(broker < client), per_round, rounds))
     else:
         rows.append((f"{group}: CPU", cpu, "info", "—", per_round, rounds))
+    summary.row(f"{group}: broker CPU / client CPU", broker / client, verdict=rows[-1][3],
+                target=1.0 if info.get("target_broker_below_client") else None, op="<",
+                ours=f"broker {_cpu(info, 'broker')}", peer=f"client {_cpu(info, 'client')}")
     return rows
 
 
@@ -58,13 +63,18 @@ def _ms(figures: dict) -> str:
     return f"p50 {figures['p50']:,.0f} / p99 {figures['p99']:,.0f} / max {figures['max']:,.0f} ms"
 
 
-def _wide_rows(group: str, bench: dict) -> list[tuple]:
+def _wide_rows(group: str, bench: dict, summary: Summary) -> list[tuple]:
     info, rounds = bench["extra_info"], bench["stats"]["rounds"]
     errors = info["errors"]
     shape = (f"{info['connections']} connections, each Metadata then one Produce (acks=-1) to "
              f"{info['partitions_per_request']} of {info['partitions']} partitions, "
              f"{info['records_per_batch']} records a batch")
     broker_cpu = sorted(info["broker_cpu_s"])[len(info["broker_cpu_s"]) // 2]
+    summary.row(f"{group}: errors", errors, verdict=met(errors == 0), target=0, op="<=", unit="errors",
+                ours=f"{errors} in {info['partition_responses']:,} partition responses")
+    for what in ("produce", "metadata"):
+        summary.row(f"{group}: {what.capitalize()} latency p99", info[f"{what}_ms"]["p99"], op="<=", unit="ms",
+                    ours=_ms(info[f"{what}_ms"]))
     return [
         (f"{group}: errors", f"{errors} in {info['partition_responses']:,} partition responses", "0 errors",
          met(errors == 0), shape, rounds),
@@ -83,13 +93,15 @@ def main(argv: list[str]) -> int:
         return loaded
     data, groups, problems = loaded
     rows = []
+    summary = Summary("broker", "Broker end to end: real clients against `logstore broker` on loopback", data,
+                      argv[1] if len(argv) > 1 else DEFAULT_PATH)
     for group in in_op_order(groups, OP_ORDER):
         bench = groups[group].get("ours")
         try:
             if bench is None:
                 raise ValueError(f"group {group}: no benchmark")
             op = bench["extra_info"]["op"]
-            rows += _wide_rows(group, bench) if op == "wide" else _throughput_rows(group, bench)
+            rows += _wide_rows(group, bench, summary) if op == "wide" else _throughput_rows(group, bench, summary)
         except ValueError as exc:
             problems.append(str(exc))
         except (KeyError, TypeError) as exc:
@@ -112,6 +124,7 @@ def main(argv: list[str]) -> int:
     print("wide: asyncio connections speaking Kafka through kio; every Produce leaves after all 200 "
           "Metadata answers are in; latency = frame written to response read, nearest rank over the "
           "timed rounds; the warmup round pays each partition's first append.")
+    summary.write()
     return finish([r[3] for r in rows if r[3] != "—"], problems, "broker_report")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, load_groups, machine_line, met, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/embedded.json"
 
@@ -33,6 +34,8 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
     print(f"Machine: {machine_line(data)}\n")
     verdicts, rows = [], []
+    summary = Summary("embedded", "Embedded clients vs confluent-kafka through the broker", data,
+                      argv[1] if len(argv) > 1 else DEFAULT_PATH)
     for op in ("produce", "consume"):
         pair = _pair(groups, op, problems)
         if pair is None:
@@ -43,9 +46,12 @@ def main(argv: list[str]) -> int:
         verdict = met(rate > peer_rate)
         verdicts.append(verdict)
         rows.append((op, f"{rate:,.0f}", f"{peer_rate:,.0f}", f"{rate / peer_rate:.2f}x", verdict))
+        summary.row(op, rate / peer_rate, verdict=verdict, target=1.0, op=">", ours=f"{rate:,.0f} rec/s",
+                    peer=f"{peer_rate:,.0f} rec/s")
     table(("case", "embedded rec/s", "broker + confluent-kafka rec/s", "ratio", "faster"),
           ("---", "---:", "---:", "---:", "---"), rows)
     print()
+    summary.write()
     return finish(verdicts, problems, "embedded_report")
 
 

@@ -11,15 +11,18 @@ per second from 1 and 20 consumers against one-record acks=all produces
 from as many producers, their ratio, latencies and CPU per request.
 coordinator-load: load() of 10,000 groups x 100 offsets in-process, a
 broker's start on that directory, and the peers' reads of the same segment
-bytes, with the top of load()'s profile. Information only (issue 7 sets no
-targets); the exit status is non-zero only when the JSON is missing or
-unreadable (2) or a benchmark lacks a figure or is missing (1).
+bytes, with the top of load()'s profile. Issue 7 set no targets; issue 30's
+are judged below the tables (broker CPU <= 80 µs an OffsetCommit, commits at
+>= 1.0x the produce rate with 20 clients, load() <= 10x a read+CRC pass). The
+exit status is non-zero only when the JSON is missing or unreadable (2) or a
+benchmark lacks a figure or is missing (1).
 """
 from __future__ import annotations
 
 import sys
 
-from benchjson import load_groups, machine_line, table
+from benchjson import load_groups, machine_line, met, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/broker_groups.json"
 LOAD_KINDS = ("load", "broker-start", "read-crc", "decode-aiokafka", "decode-kafka-python")
@@ -27,6 +30,11 @@ LOAD_NAMES = {"load": "GroupCoordinator.load() in-process", "broker-start": "`lo
               "read-crc": "peer: read + CRC32C each batch", "decode-aiokafka": "peer: aiokafka Cython decode",
               "decode-kafka-python": "peer: kafka-python decode"}
 PROFILE_ROWS = 12
+# Issue 30's targets: broker CPU an OffsetCommit, the commit/produce rate ratio with this many clients, and
+# load() against a read+CRC pass of the same segments.
+COMMIT_CPU_TARGET_US = 80.0
+COMMIT_RATIO_CLIENTS, COMMIT_RATIO_TARGET = 20, 1.0
+LOAD_TARGET = 10.0
 
 
 def _median(values: list[float]) -> float:
@@ -61,7 +69,7 @@ def _sides(group: str, sides: dict) -> tuple[dict, dict]:
     return sides["ours"], sides["peer"]
 
 
-def _rebalance_row(group: str, sides: dict) -> tuple:
+def _rebalance_row(group: str, sides: dict, summary: Summary) -> tuple:
     ours, peer = _sides(group, sides)
     info, peer_info = ours["extra_info"], peer["extra_info"]
     paired = sorted(o / p for o, p in zip(info["seconds"], info["paired_peer_seconds"]) if p > 0)
@@ -69,16 +77,31 @@ def _rebalance_row(group: str, sides: dict) -> tuple:
     notes = (f"{info['measures']}; {info['assignor']}, {info['partitions']} partitions, final shares "
              f"{min(info['share_sizes'])}–{max(info['share_sizes'])}; broker CPU a round "
              f"{_median(info['broker_cpu_s']) * 1e3:,.0f} ms; other processes {_others(info)}")
+    summary.row(group, ratio, op="<=", ours=_spread(ours), peer=_spread(peer), note="time ratio, information")
     return (group, f"{info['heartbeat_ms']:,} ms", _spread(ours), _spread(peer), f"{ratio:.1f}x",
             f"{_median(paired):.1f}x" if paired else "—",
             f"{_median(info['assignments']):g} (peer {_median(peer_info['assignments']):g})", notes,
             ours["stats"]["rounds"])
 
 
-def _commit_row(group: str, sides: dict) -> tuple:
+def _commit_row(group: str, sides: dict, summary: Summary, issue30: list[tuple[str, str]]) -> tuple:
+    """The row of the offset-commit table; issue 30's verdicts go to `summary` and, as (line, verdict), to
+    `issue30`."""
     ours, peer = _sides(group, sides)
     info, peer_info = ours["extra_info"], peer["extra_info"]
     paired = sorted(p / o for o, p in zip(info["seconds"], info["paired_peer_seconds"]) if o > 0)
+    ratio, cpu = info["per_s"] / peer_info["per_s"], info["broker_cpu_us_per_request"]
+    commits, produces = f"{info['per_s']:,.0f}/s", f"{peer_info['per_s']:,.0f}/s"
+    target = COMMIT_RATIO_TARGET if info.get("clients") == COMMIT_RATIO_CLIENTS else None
+    verdict = met(ratio >= COMMIT_RATIO_TARGET) if target is not None else None
+    summary.row(f"{group}: commit/produce", ratio, verdict=verdict, target=target, ours=commits, peer=produces)
+    if verdict is not None:
+        issue30.append((f"{group}: commits at {ratio:.2f}x the produce rate, target >= {target:g}x", verdict))
+    verdict = met(cpu <= COMMIT_CPU_TARGET_US)
+    summary.row(f"{group}: broker CPU an OffsetCommit", cpu, verdict=verdict, target=COMMIT_CPU_TARGET_US, op="<=",
+                unit="µs", ours=f"{cpu:,.0f} µs", peer=f"{peer_info['broker_cpu_us_per_request']:,.0f} µs (Produce)")
+    issue30.append((f"{group}: broker CPU {cpu:,.0f} µs an OffsetCommit, target <= {COMMIT_CPU_TARGET_US:g} µs",
+                    verdict))
     notes = (f"{info['requests_per_round']:,} requests a round, {info['client_threads']}; latency p50/p99/max "
              f"commit {_ms(info['latency_ms'])}, produce {_ms(peer_info['latency_ms'])}; other processes "
              f"{_others(info)} vs {_others(peer_info)}")
@@ -90,8 +113,10 @@ def _commit_row(group: str, sides: dict) -> tuple:
             notes, ours["stats"]["rounds"])
 
 
-def _load_rows(load: dict[tuple[str, str], dict], problems: list[str]) -> tuple[list, list]:
-    """Rows of the load table, and the profile of each state's load()."""
+def _load_rows(load: dict[tuple[str, str], dict], problems: list[str], summary: Summary,
+               issue30: list[tuple[str, str]]) -> tuple[list, list]:
+    """Rows of the load table, and the profile of each state's load(); issue 30's verdicts to `summary` and
+    `issue30`."""
     rows, profiles = [], []
     for state in sorted({state for state, _ in load}):
         floor = load.get((state, "read-crc"))
@@ -103,6 +128,15 @@ def _load_rows(load: dict[tuple[str, str], dict], problems: list[str]) -> tuple[
                 continue
             info, median = bench["extra_info"], bench["stats"]["median"]
             ratio = f"{median / floor['stats']['median']:,.0f}x" if floor is not None else "—"
+            if floor is not None and kind != "read-crc":
+                times = median / floor["stats"]["median"]
+                verdict = met(times <= LOAD_TARGET) if kind == "load" else None
+                summary.row(f"coordinator-load/{kind}-{state} × read+CRC", times, verdict=verdict,
+                            target=LOAD_TARGET if kind == "load" else None, op="<=", ours=_spread(bench),
+                            peer=_spread(floor))
+                if verdict is not None:
+                    issue30.append((f"coordinator-load/{kind}-{state}: {times:,.1f}x a read+CRC pass, target "
+                                    f"<= {LOAD_TARGET:g}x", verdict))
             notes = []
             if kind == "load":
                 notes.append(f"{info['offsets']:,} offsets, {info['segment_bytes'] / 1e6:,.1f} MB in "
@@ -111,9 +145,11 @@ def _load_rows(load: dict[tuple[str, str], dict], problems: list[str]) -> tuple[
             elif kind == "broker-start":
                 empty = info["paired_empty_start_seconds"]
                 logged = info["broker_logged_load_seconds"]
+                serving = info.get("serving_seconds")
                 notes.append(f"paired start on an empty dir {_seconds(_median(empty))}; the broker's own log: "
-                             f"load() {_seconds(_median(logged)) if logged else '—'}; RSS after start "
-                             f"{_median(info['rss_mib']):,.0f} MiB")
+                             f"load() {_seconds(_median(logged)) if logged else '—'}"
+                             + (f"; every group listed {_seconds(_median(serving))} after exec" if serving else "")
+                             + f"; RSS after start {_median(info['rss_mib']):,.0f} MiB")
             else:
                 notes.append(f"{info['batches']:,} batches, {info['records']:,} records")
             rows.append((state, LOAD_NAMES[kind], _spread(bench), ratio, "; ".join(notes), bench["stats"]["rounds"]))
@@ -136,15 +172,17 @@ def main(argv: list[str]) -> int:
     if isinstance(loaded, int):
         return loaded
     data, groups, problems = loaded
-    rebalance_rows, commit_rows = [], []
+    rebalance_rows, commit_rows, issue30 = [], [], []
+    summary = Summary("broker_groups", "Consumer groups end to end: confluent-kafka against `logstore broker`", data,
+                      argv[1] if len(argv) > 1 else DEFAULT_PATH)
     load: dict[tuple[str, str], dict] = {}
     for group, sides in groups.items():
         op = group.partition("/")[0]
         try:
             if op == "rebalance":
-                rebalance_rows.append(_rebalance_row(group, sides))
+                rebalance_rows.append(_rebalance_row(group, sides, summary))
             elif op == "offset-commit":
-                commit_rows.append(_commit_row(group, sides))
+                commit_rows.append(_commit_row(group, sides, summary, issue30))
             elif op == "coordinator-load":
                 for bench in sides.values():
                     load[(bench["extra_info"]["state"], bench["extra_info"]["kind"])] = bench
@@ -154,7 +192,7 @@ def main(argv: list[str]) -> int:
             problems.append(f"group {group}: {exc}")
         except (KeyError, TypeError) as exc:
             problems.append(f"group {group}: missing {exc}")
-    load_rows, profiles = _load_rows(load, problems) if load else ([], [])
+    load_rows, profiles = _load_rows(load, problems, summary, issue30) if load else ([], [])
 
     print("Consumer groups end to end: confluent-kafka against `logstore broker` "
           "(group.initial.rebalance.delay.ms=0, offset commits after the group-commit fsync) on loopback")
@@ -170,6 +208,9 @@ def main(argv: list[str]) -> int:
     print()
     table(("groups", "what", "median [min–max]", "× read+CRC", "notes", "rounds"),
           ("---", "---", "---:", "---:", "---", "---:"), load_rows)
+    print()
+    for line, verdict in issue30:
+        print(f"issue 30: {line}: {verdict}")
     print()
     for state, info in profiles:
         _print_profile(state, info)
@@ -189,6 +230,7 @@ def main(argv: list[str]) -> int:
           "each group's member still in it, empty = it left. × read+CRC: time against reading the same segment "
           "files and checking every batch's CRC32C (page-cached). The broker start includes the interpreter and "
           "imports (see the paired empty start).")
+    summary.write()
     if problems:
         print(file=sys.stderr)
         for problem in problems:

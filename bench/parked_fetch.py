@@ -35,6 +35,7 @@ from kio.static.primitive import i8, i16, i32, i32Timedelta, i64
 
 from c_client import ROOT, BrokerSpec, RunningBroker, start_broker
 from kio_call import KioCall
+from summary import Summary
 
 TOPIC_PARTITIONS = 10_000       # KRaft's limit on one CreateTopics request
 PRODUCER_TOPIC = "latency"
@@ -242,6 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     ratio99 = medians["parked"][1] / medians["idle"][1]
     print(f"parked/idle: p50 {ratio50:.2f}x  p99 {ratio99:.2f}x  (target <= 2x: "
           f"{'met' if max(ratio50, ratio99) <= 2 else 'missed'})")
+    out = Summary("parked_fetch", f"An unrelated Produce while a Fetch of {partitions:,} partitions is parked")
+    for name, ratio, (idle, parked) in (("p50", ratio50, (medians["idle"][0], medians["parked"][0])),
+                                        ("p99", ratio99, (medians["idle"][1], medians["parked"][1]))):
+        out.row(f"Produce round trip {name}, parked / idle", ratio, verdict=ratio <= 2, target=2, op="<=",
+                ours=f"{parked:.0f} µs parked", peer=f"{idle:.0f} µs idle")
+    out.write()
 
 
 if __name__ == "__main__":

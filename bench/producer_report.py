@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/producer.json"
 OP_ORDER = ("memory", "validate-update", "validate-update-staged")
@@ -37,7 +38,7 @@ def _rate(bench: dict, stat: str = STAT) -> float:
     return ops / seconds
 
 
-def _memory_row(group: str, sides: dict) -> tuple:
+def _memory_row(group: str, sides: dict, summary: Summary) -> tuple:
     ours, peer = sides["ours"]["extra_info"], sides["peer"]["extra_info"]
     producers = ours["producers"]
     if peer.get("producers") != producers:
@@ -49,11 +50,13 @@ def _memory_row(group: str, sides: dict) -> tuple:
     verdict = "—" if target is None else met(by_alloc <= target and by_rss <= target)
     notes = (f"fill: ours {ours.get('fill_seconds', '?')} s, peer {peer.get('fill_seconds', '?')} s "
              f"(5 x update_batch per producer)")
+    summary.row(group, max(by_alloc, by_rss), verdict=verdict, target=target, op="<=", unit="B/producer",
+                ours=f"{by_alloc:,.1f} B (RSS {by_rss:,.1f} B)", peer=f"{peer_rss:,.0f} B (RSS)")
     return (group, f"{producers:,}", f"{by_alloc:,.1f} B", f"{by_rss:,.1f} B", f"{peer_rss:,.0f} B",
             f"{peer_rss / by_rss:.1f}x", "info" if target is None else f"<= {target} B", verdict, notes)
 
 
-def _rate_row(group: str, sides: dict) -> tuple:
+def _rate_row(group: str, sides: dict, summary: Summary) -> tuple:
     ours, peer = sides["ours"], sides["peer"]
     ours_rate, peer_rate = _rate(ours), _rate(peer)
     ratio = ours_rate / peer_rate
@@ -61,12 +64,14 @@ def _rate_row(group: str, sides: dict) -> tuple:
     info = ours["extra_info"]
     target = info.get("target")
     paired = paired_ratio(info)
-    return (group, _fmt_rate(ours_rate), _fmt_rate(peer_rate), f"{ratio:.1f}x", f"{best:.1f}x",
-            "—" if paired is None else f"{paired:.1f}x",
-            "info" if target is None else f">= {target:g}x",
-            "—" if target is None else met(ratio >= target, best >= target,
-                                            None if paired is None else paired >= target),
-            f"{1e9 / ours_rate:,.0f} ns vs {1e9 / peer_rate:,.0f} ns per batch", ours["stats"]["rounds"])
+    row = (group, _fmt_rate(ours_rate), _fmt_rate(peer_rate), f"{ratio:.1f}x", f"{best:.1f}x",
+           "—" if paired is None else f"{paired:.1f}x",
+           "info" if target is None else f">= {target:g}x",
+           "—" if target is None else met(ratio >= target, best >= target,
+                                           None if paired is None else paired >= target),
+           f"{1e9 / ours_rate:,.0f} ns vs {1e9 / peer_rate:,.0f} ns per batch", ours["stats"]["rounds"])
+    summary.row(group, ratio, verdict=row[7], target=target, ours=row[1], peer=row[2])
+    return row
 
 
 def main(argv: list[str]) -> int:
@@ -78,6 +83,7 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
 
     memory_rows, rate_rows = [], []
+    summary = Summary("producer", "Producer state: the native ProducerTable vs a Python dict + deque map", data, path)
     for group in in_op_order(groups, OP_ORDER):
         sides = groups[group]
         try:
@@ -85,9 +91,9 @@ def main(argv: list[str]) -> int:
             if missing:
                 raise ValueError(f"group {group}: no {' or '.join(missing)} benchmark")
             if group.startswith("memory/"):
-                memory_rows.append(_memory_row(group, sides))
+                memory_rows.append(_memory_row(group, sides, summary))
             else:
-                rate_rows.append(_rate_row(group, sides))
+                rate_rows.append(_rate_row(group, sides, summary))
         except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
             problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
 
@@ -113,6 +119,7 @@ def main(argv: list[str]) -> int:
           "per-round ratios, each ours round against a peer round run just before it. met: the median "
           "against the target; (noisy): the fastest or paired rounds say otherwise.")
     verdicts = [r[7] for r in memory_rows if r[7] != "—"] + [r[7] for r in rate_rows if r[7] != "—"]
+    summary.write()
     return finish(verdicts, problems, "producer_report")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, load_groups, machine_line, met, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/codec.json"
 OP_ORDER = ("encode-bulk", "encode-builder", "decode-objects", "decode-columnar", "validate-crc")
@@ -55,6 +56,7 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
 
     rows = []
+    summary = Summary("codec", "Codec: ours vs aiokafka 0.14.0's Cython codec (rates from median rounds)", data, path)
     for group in sorted(groups, key=_sort_key):
         sides = groups[group]
         missing = [s for s in ("ours", "peer") if s not in sides]
@@ -79,6 +81,7 @@ def main(argv: list[str]) -> int:
                      f"{ratio:.2f}x", f"{best:.2f}x",
                      "info" if target is None else f">= {target:g}x",
                      "—" if target is None else met(ratio >= target, best >= target)))
+        summary.row(group, ratio, verdict=rows[-1][-1], target=target, ours=rows[-1][1], peer=rows[-1][2])
 
     print(f"Codec microbenchmarks: ours (logstore) vs aiokafka 0.14.0 Cython codec — "
           f"{STAT} of each benchmark's rounds")
@@ -96,6 +99,7 @@ def main(argv: list[str]) -> int:
           "does while iterating); crc = both do (ours by default, aiokafka via validate_crc()).")
     print("met: the median ratio against the target; (noisy): the min/min ratio says "
           "otherwise, so rerun on a quiet machine before trusting that row.")
+    summary.write()
     return finish([r[-1] for r in rows if r[-1] != "—"], problems, "report")
 
 

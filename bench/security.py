@@ -50,6 +50,7 @@ from c_client import (
     report,
     run,
 )
+from summary import Summary
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AclBinding
@@ -195,14 +196,19 @@ PAIRS = {"tls": ("plaintext", "sasl_ssl"), "acls": ("no-authorizer", "acls-1000"
 
 
 def target_lines(results: Results, specs: list[BrokerSpec], cases: list[Case], modes: list[str],
-                 target: float) -> str:
-    """Each case's and mode's paired ratio (second variant / first, the median over rounds) against `target`."""
+                 target: float, summary: Summary) -> str:
+    """Each case's and mode's paired ratio (second variant / first, the median over rounds) against `target`,
+    also as rows of `summary`."""
     lines = []
     for case in cases:
         for mode in modes:
             first, second = (results.samples[(case.name, mode, spec.label)] for spec in specs)
             ratios = [s.msgs_per_s / f.msgs_per_s for f, s in zip(first, second)]
             paired = statistics.median(ratios)
+            summary.row(f"{case.name} {mode} {specs[1].label} / {specs[0].label}", paired, verdict=paired >= target,
+                        target=target, ours=f"{statistics.median(s.msgs_per_s for s in second):,.0f} msgs/s",
+                        peer=f"{statistics.median(f.msgs_per_s for f in first):,.0f} msgs/s",
+                        note="paired: the median of per-round ratios")
             lines.append(f"target: {case.name} {mode:<7} {specs[1].label} / {specs[0].label} paired {paired:.2f} "
                          f"(rounds {min(ratios):.2f}..{max(ratios):.2f}) vs >= {target:.2f}: "
                          f"{'met' if paired >= target else 'MISSED'}")
@@ -222,16 +228,18 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"--pairs takes {' and/or '.join(PAIRS)}")
     python = BrokerSpec("logstore", "logstore", ROOT).python
     certs = Path(tempfile.mkdtemp(prefix="security-bench-certs-"))
+    summary = Summary("security", "What security costs the broker: SASL_SSL vs PLAINTEXT, ACLs vs none")
     try:
         for pair in pairs:
             variants = tls_pair(python, certs) if pair == "tls" else acls_pair(python)
             specs = [BrokerSpec(label, "logstore", ROOT, variant) for label, variant in zip(PAIRS[pair], variants)]
             results = run(specs, cases, modes, args.rounds, args.jemalloc, (), args.data_root)
             table = report(results, specs, cases, modes, args.rounds)
-            targets = target_lines(results, specs, cases, modes, TARGETS[pair])
+            targets = target_lines(results, specs, cases, modes, TARGETS[pair], summary)
             print(f"\n== {pair}: {' vs '.join(PAIRS[pair])}\n{table}\n{targets}", flush=True)
     finally:
         shutil.rmtree(certs, ignore_errors=True)
+    summary.write()
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from c_client import ROOT, BrokerSpec, RunningBroker, create_topic, start_broker
+from summary import Summary
 
 VALUE = b"v" * 100
 PARTITIONS = 20
@@ -230,7 +231,11 @@ def main(argv: list[str] | None = None) -> None:
                     results.setdefault((name, spec.label), []).append(measure(broker, CASES[name], args.requests))
                 finally:
                     broker.stop()
-    print(report(results, names, [s.label for s in specs], args.rounds, args.requests))
+    labels = [s.label for s in specs]
+    print(report(results, names, labels, args.rounds, args.requests))
+    summary = summarise(results, names, labels)
+    if summary.rows:   # an A/B run without tansu judges nothing: leave make bench's summary in place
+        summary.write()
 
 
 def report(results: dict[tuple[str, str], list[tuple[float, float]]], names: list[str], labels: list[str],
@@ -259,6 +264,27 @@ def report(results: dict[tuple[str, str], list[tuple[float, float]]], names: lis
             produces = statistics.median(r for _, r in results[("produce-20", label)])
             lines += ["", f"commit/produce with 20 clients ({label}): {commits / produces:.2f}x (target >= 1.0x)"]
     return "\n".join(lines)
+
+
+def summarise(results: dict[tuple[str, str], list[tuple[float, float]]], names: list[str],
+              labels: list[str]) -> Summary:
+    """The targets of each case for this tree's logstore against tansu (when it ran), for html_report."""
+    summary = Summary("small_requests", "Broker CPU per small request: logstore vs tansu")
+    if "tansu" not in labels or "logstore" not in labels:
+        return summary
+    for name in names:
+        cpu, peer = (statistics.median(c for c, _ in results[(name, label)]) for label in ("logstore", "tansu"))
+        summary.row(f"{name}: broker CPU/request vs tansu", cpu / peer, verdict=cpu / peer <= RATIO_TARGET,
+                    target=RATIO_TARGET, op="<=", ours=f"{cpu:,.0f} µs", peer=f"{peer:,.0f} µs")
+        absolute = ABSOLUTE_TARGETS_US.get(name)
+        if absolute is not None:
+            summary.row(f"{name}: broker CPU/request", cpu, verdict=cpu <= absolute, target=absolute, op="<=",
+                        unit="µs")
+    if ("commit-20", "logstore") in results and ("produce-20", "logstore") in results:
+        commits = statistics.median(r for _, r in results[("commit-20", "logstore")])
+        produces = statistics.median(r for _, r in results[("produce-20", "logstore")])
+        summary.row("commit/produce rate, 20 clients", commits / produces, verdict=commits >= produces, target=1.0)
+    return summary
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/spark.json"
 OP_ORDER = ("scan", "filter", "read-task")
@@ -55,7 +56,7 @@ def _sides(group: str, sides: dict) -> tuple[dict, dict]:
     return sides["ours"], sides["peer"]
 
 
-def _scan_row(group: str, sides: dict) -> tuple[tuple, str]:
+def _scan_row(group: str, sides: dict, summary: Summary) -> tuple[tuple, str]:
     ours, peer = _sides(group, sides)
     info = ours["extra_info"]
     records = info["records"]
@@ -64,13 +65,15 @@ def _scan_row(group: str, sides: dict) -> tuple[tuple, str]:
     paired = paired_ratio(info)
     target = info["target"]
     verdict = met(ratio >= target, best >= target, None if paired is None else paired >= target)
+    summary.row(group, ratio, verdict=verdict, target=target, ours=_rows_per_s(records / ours["stats"][STAT]),
+                peer=_rows_per_s(records / peer["stats"][STAT]))
     return ((group, f"`{info['query']}`", _rows_per_s(records / ours["stats"][STAT]),
              _rows_per_s(records / peer["stats"][STAT]), f"{ratio:.2f}x", f"{best:.2f}x",
              "—" if paired is None else f"{paired:.2f}x", f">= {target:g}x", verdict,
              SCAN_NOTES.get(info["case"], ""), ours["stats"]["rounds"]), verdict)
 
 
-def _filter_row(group: str, sides: dict, full_count: dict | None) -> tuple[tuple, str]:
+def _filter_row(group: str, sides: dict, full_count: dict | None, summary: Summary) -> tuple[tuple, str]:
     ours, peer = _sides(group, sides)
     info = ours["extra_info"]
     speedup = peer["stats"][STAT] / ours["stats"][STAT]
@@ -78,6 +81,7 @@ def _filter_row(group: str, sides: dict, full_count: dict | None) -> tuple[tuple
     paired = paired_ratio(info)
     target = info["target"]
     verdict = met(speedup >= target, best >= target, None if paired is None else paired >= target)
+    summary.row(f"{group} speedup", speedup, verdict=verdict, target=target, ours=_spread(ours), peer=_spread(peer))
     against_count = "—" if full_count is None else f"{full_count['stats'][STAT] / ours['stats'][STAT]:.1f}x"
     notes = (f"{info['selected_rows']:,} of {info['records']:,} rows; planned {info['planned_tasks']} task(s), "
              f"{info['planned_offsets']:,} offsets; peer: {info['peer_query']}")
@@ -104,7 +108,7 @@ def _task_rows(groups: dict, spark_count: dict | None) -> list[tuple]:
     return rows
 
 
-def _floor_row(groups: dict, spark_count: dict | None) -> tuple[tuple, str]:
+def _floor_row(groups: dict, spark_count: dict | None, summary: Summary) -> tuple[tuple, str]:
     """scan/count (logstore) against the Spark Arrow floor: both count() over the same rows and tasks."""
     floor = (groups.get("read-task/spark-arrow-floor") or {}).get("ours")
     if spark_count is None or floor is None:
@@ -115,6 +119,8 @@ def _floor_row(groups: dict, spark_count: dict | None) -> tuple[tuple, str]:
     best = (spark_count["extra_info"]["records"] / spark_count["stats"]["min"]) / (
         floor["extra_info"]["rows"] / floor["stats"]["min"])
     verdict = met(ratio >= FLOOR_TARGET, best >= FLOOR_TARGET)
+    summary.row("scan/count ÷ spark-arrow-floor", ratio, verdict=verdict, target=FLOOR_TARGET,
+                ours=_rows_per_s(scan_rate), peer=_rows_per_s(floor_rate))
     return (("scan/count ÷ spark-arrow-floor", _rows_per_s(scan_rate), _rows_per_s(floor_rate), f"{ratio:.2f}x",
              f"{best:.2f}x", f">= {FLOOR_TARGET:g}x", verdict), verdict)
 
@@ -150,15 +156,17 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
     full_count = (groups.get("scan/count") or {}).get("ours")
     scan_rows, filter_rows, verdicts, task_rows, profile, info = [], [], [], [], None, None
+    summary = Summary("spark", "Spark: the logstore source vs Spark's Parquet scan of the same records", data,
+                      argv[1] if len(argv) > 1 else DEFAULT_PATH)
     for group in in_op_order(groups, OP_ORDER):
         op = group.partition("/")[0]
         try:
             if op == "scan":
-                row, verdict = _scan_row(group, groups[group])
+                row, verdict = _scan_row(group, groups[group], summary)
                 scan_rows.append(row)
                 verdicts.append(verdict)
             elif op == "filter":
-                row, verdict = _filter_row(group, groups[group], full_count)
+                row, verdict = _filter_row(group, groups[group], full_count, summary)
                 filter_rows.append(row)
                 verdicts.append(verdict)
             elif op != "read-task":
@@ -170,7 +178,7 @@ def main(argv: list[str]) -> int:
             problems.append(f"group {group}: missing {exc}")
     floor_rows = []
     try:
-        row, verdict = _floor_row(groups, full_count)
+        row, verdict = _floor_row(groups, full_count, summary)
         floor_rows.append(row)
         verdicts.append(verdict)
     except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
@@ -219,6 +227,7 @@ def main(argv: list[str]) -> int:
           "columns, as many rows per task as the logstore plan: what Spark spends taking Arrow batches from "
           "Python workers, reading nothing. Against the floor: scan/count's logstore rows/s over the floor's, "
           "both medians of the same run (issue 29: >= 0.9x).")
+    summary.write()
     return finish(verdicts, problems, "spark_report")
 
 

@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "clients"))
 
 from broker_process import BrokerProcess, free_port  # noqa: E402 - the tests' broker launcher
+from summary import Summary  # noqa: E402
 
 TARGET = 0.8
 PARTITIONS = 4
@@ -233,10 +234,16 @@ def main() -> None:
         finally:
             if broker is not None:
                 broker.stop()
+    summary = Summary("spark_write", "Spark batch writes: the logstore sink vs Spark's Parquet write")
     for kind in kinds[1:]:
         median = statistics.median(row[kind] / row["parquet"] for row in results)
         verdict = "meets" if median >= TARGET else "misses"
         print(f"median {kind}/parquet: {median:.2f}x ({verdict} the target of {TARGET}x)")
+        summary.row(f"{kind}/parquet", median, verdict=median >= TARGET, target=TARGET,
+                    ours=f"{statistics.median(row[kind] for row in results):,.0f} rows/s",
+                    peer=f"{statistics.median(row['parquet'] for row in results):,.0f} rows/s",
+                    note="the median of per-round ratios")
+    summary.write()
     print(f"{args.rows:,} rows of {args.size} B in {args.tasks} tasks, local[2], {PARTITIONS}-partition topics, "
           f"data in {args.data_root or tempfile.gettempdir()}")
 

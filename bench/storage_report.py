@@ -17,6 +17,7 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, in_op_order, load_groups, machine_line, met, paired_ratio, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/storage.json"
 OP_ORDER = ("append-1mib", "append-group-commit", "read-sequential", "index-lookup", "reopen", "partitions")
@@ -46,7 +47,7 @@ def _rate(bench: dict, stat: str = STAT) -> tuple[float, str]:
     return amount / seconds, unit
 
 
-def _ratio_row(group: str, sides: dict) -> tuple:
+def _ratio_row(group: str, sides: dict, summary: Summary) -> tuple:
     ours, peer = sides["ours"], sides["peer"]
     ours_rate, unit = _rate(ours)
     peer_rate, peer_unit = _rate(peer)
@@ -63,15 +64,17 @@ def _ratio_row(group: str, sides: dict) -> tuple:
         spread = f" ({low}-{high})" if low is not None else ""
         notes.append(f"fsyncs/round: ours {info['fsyncs_per_round']}{spread}, "
                      f"peer {peer['extra_info'].get('fsyncs_per_round', '?')}")
-    return (group, _fmt_rate(ours_rate, unit), _fmt_rate(peer_rate, unit), f"{ratio:.2f}x", f"{best:.2f}x",
-            "—" if paired is None else f"{paired:.2f}x",
-            "info" if target is None else f">= {target:g}x",
-            "—" if target is None else met(ratio >= target, best >= target,
-                                            None if paired is None else paired >= target),
-            "; ".join(notes), ours["stats"]["rounds"])
+    row = (group, _fmt_rate(ours_rate, unit), _fmt_rate(peer_rate, unit), f"{ratio:.2f}x", f"{best:.2f}x",
+           "—" if paired is None else f"{paired:.2f}x",
+           "info" if target is None else f">= {target:g}x",
+           "—" if target is None else met(ratio >= target, best >= target,
+                                           None if paired is None else paired >= target),
+           "; ".join(notes), ours["stats"]["rounds"])
+    summary.row(group, ratio, verdict=row[7], target=target, ours=row[1], peer=row[2])
+    return row
 
 
-def _absolute_row(group: str, bench: dict) -> tuple:
+def _absolute_row(group: str, bench: dict, summary: Summary) -> tuple:
     info = bench["extra_info"]
     stats = bench["stats"]
     notes = []
@@ -88,6 +91,7 @@ def _absolute_row(group: str, bench: dict) -> tuple:
         value, best = f"{median:.3f} s", f"{fastest:.3f} s"
         verdict = "—" if target is None else met(median < target, fastest < target)
         target_text = "info" if target is None else f"< {target:g} s"
+        summary.row(group, median, verdict=verdict, target=target, op="<", unit="s", ours=value)
     elif info.get("op") == "partitions":
         median, fastest = stats[STAT], stats["min"]
         target = info["target_seconds"]
@@ -95,6 +99,7 @@ def _absolute_row(group: str, bench: dict) -> tuple:
         value, best = f"{median:.3f} s", f"{fastest:.3f} s"
         verdict = met(median <= target, fastest <= target)
         target_text = f"<= {target:g} s"
+        summary.row(group, median, verdict=verdict, target=target, op="<=", unit="s", ours=value)
     else:
         rate, unit = _rate(bench)
         fastest, _ = _rate(bench, "min")
@@ -102,6 +107,7 @@ def _absolute_row(group: str, bench: dict) -> tuple:
         value, best = _fmt_rate(rate, unit), _fmt_rate(fastest, unit)
         verdict = "—" if target is None else met(rate >= target, fastest >= target)
         target_text = "info" if target is None else f">= {_fmt_rate(target, unit)}"
+        summary.row(group, rate, verdict=verdict, target=target, unit=f"{unit}/s", ours=value)
         if info.get("index_entries"):
             notes.append(f"{info['index_entries']:,} entries over {info['segment_bytes'] / 2**30:.2f} GiB "
                          f"(built in {info.get('build_seconds', '?')} s)")
@@ -117,15 +123,16 @@ def main(argv: list[str]) -> int:
     data, groups, problems = loaded
 
     ratio_rows, absolute_rows = [], []
+    summary = Summary("storage", "Storage: logstore Log vs raw os file I/O of the same bytes", data, path)
     for group in in_op_order(groups, OP_ORDER):
         sides = groups[group]
         try:
             if "peer" in sides:
                 if "ours" not in sides:
                     raise ValueError(f"group {group}: no ours benchmark")
-                ratio_rows.append(_ratio_row(group, sides))
+                ratio_rows.append(_ratio_row(group, sides, summary))
             else:
-                absolute_rows.append(_absolute_row(group, sides["ours"]))
+                absolute_rows.append(_absolute_row(group, sides["ours"], summary))
         except (KeyError, TypeError, ValueError) as exc:
             problems.append(str(exc) if isinstance(exc, ValueError) else f"group {group}: missing {exc}")
 
@@ -156,6 +163,7 @@ def main(argv: list[str]) -> int:
     print("met: the median against the target; (noisy): the best or paired rounds say otherwise, so "
           "rerun on a quiet machine before trusting that row.")
     verdicts = [r[7] for r in ratio_rows if r[7] != "—"] + [r[4] for r in absolute_rows if r[4] != "—"]
+    summary.write()
     return finish(verdicts, problems, "storage_report")
 
 

@@ -112,13 +112,16 @@ def test_rebalance(benchmark, op, shape, assignor, side):
 def main(argv: list[str]) -> int:
     """Print the JSON's groups as a Markdown table: medians, the paired ratio, moves and the target."""
     from benchjson import finish, load_groups, machine_line, met, paired_ratio, pairs, table
+    from summary import Summary
 
     prog = "bench/test_assignors.py"
-    loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/assignors.json", prog)
+    path = argv[1] if len(argv) > 1 else ".benchmarks/assignors.json"
+    loaded = load_groups(path, prog)
     if isinstance(loaded, int):
         return loaded
     data, groups, problems = loaded
     rows, verdicts = [], []
+    summary = Summary("assignors", "Assignors: ours vs the range assignor", data, path)
     for group, ours, peer in pairs(groups, problems):
         info = ours["extra_info"]
         paired = paired_ratio(info)
@@ -126,6 +129,11 @@ def main(argv: list[str]) -> int:
         verdict = met(ours["stats"]["median"] < target) if target else "(information)"
         if target:
             verdicts.append(verdict)
+            summary.row(f"{group} median", ours["stats"]["median"], verdict=verdict, target=target, op="<", unit="s",
+                        ours=f"{ours['stats']['median'] * 1e3:.2f} ms", peer=f"{peer['stats']['median'] * 1e3:.2f} ms")
+        else:
+            summary.row(f"{group} ours/range time", ours["stats"]["median"] / peer["stats"]["median"], op="<=",
+                        ours=f"{ours['stats']['median'] * 1e3:.2f} ms", peer=f"{peer['stats']['median'] * 1e3:.2f} ms")
         moves = (f"{info['moved']} ({info['leaver_share']} the leaver's, {info['survivors_moved']} others')"
                  if "moved" in info else "")
         rows.append((group, f"{ours['stats']['median'] * 1e3:.2f} ms", f"{peer['stats']['median'] * 1e3:.2f} ms",
@@ -135,6 +143,7 @@ def main(argv: list[str]) -> int:
     print()
     table(("group", "ours median", "range median", "ours/range", "paired", "partitions moved", "< 100 ms"),
           ("---", "---:", "---:", "---:", "---:", "---", ":---:"), rows)
+    summary.write()
     return finish(verdicts, problems, prog)
 
 

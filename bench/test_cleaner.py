@@ -157,13 +157,16 @@ def test_clean_dirty_log(benchmark, dirty_log, side):
 def main(argv: list[str]) -> int:
     """Print the rates, the ratio and the target."""
     from benchjson import finish, load_groups, machine_line, met, paired_ratio, pairs, table
+    from summary import Summary
 
     prog = "bench/test_cleaner.py"
-    loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/cleaner.json", prog)
+    path = argv[1] if len(argv) > 1 else ".benchmarks/cleaner.json"
+    loaded = load_groups(path, prog)
     if isinstance(loaded, int):
         return loaded
     data, groups, problems = loaded
     rows, verdicts = [], []
+    summary = Summary("cleaner", "Log cleaner vs a plain read+write of the dirty bytes", data, path)
     for group, ours, peer in pairs(groups, problems):
         size = ours["extra_info"]["bytes"]
         rate, peer_rate = size / ours["stats"]["median"] / MIB, size / peer["stats"]["median"] / MIB
@@ -171,6 +174,10 @@ def main(argv: list[str]) -> int:
         verdict = met(rate / peer_rate >= TARGET, paired >= TARGET if paired else None)
         per_key = ours["extra_info"]["map_bytes_per_key"]
         verdicts += [verdict, met(per_key <= MAP_BYTES_PER_KEY)]
+        summary.row(group, rate / peer_rate, verdict=verdict, target=TARGET, ours=f"{rate:,.0f} MiB/s",
+                    peer=f"{peer_rate:,.0f} MiB/s")
+        summary.row(f"{group} map memory per key", per_key, verdict=verdicts[-1], target=MAP_BYTES_PER_KEY, op="<=",
+                    unit="B", ours=f"{per_key:.1f} B")
         rows.append((group, f"{size / MIB:,.0f} MiB", f"{rate:,.0f} MiB/s", f"{peer_rate:,.0f} MiB/s",
                      f"{rate / peer_rate:.2f}x", f"{paired:.2f}x" if paired else "-",
                      f"{ours['extra_info']['kept_bytes'] / MIB:,.1f} MiB", verdict,
@@ -180,6 +187,7 @@ def main(argv: list[str]) -> int:
     table(("case", "dirty bytes", "cleaner", "read+write (peer)", "ratio", "paired", "kept", f">= {TARGET}x",
            "map memory per key", f"<= {MAP_BYTES_PER_KEY} B"),
           ("---", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", "---:", ":---:"), rows)
+    summary.write()
     return finish(verdicts, problems, prog)
 
 

@@ -169,9 +169,11 @@ def test_read_cluster_metadata(benchmark, dirs, layout):
 def main(argv: list[str]) -> int:
     """Print the store's open time, each metadata read, and the read's share of the open."""
     from benchjson import finish, load_groups, machine_line, met, table
+    from summary import Summary
 
     prog = "bench/test_cluster_metadata.py"
-    loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/cluster_metadata.json", prog)
+    path = argv[1] if len(argv) > 1 else ".benchmarks/cluster_metadata.json"
+    loaded = load_groups(path, prog)
     if isinstance(loaded, int):
         return loaded
     data, groups, problems = loaded
@@ -185,6 +187,7 @@ def main(argv: list[str]) -> int:
     rows = [("logstore.open", f"{info['topics']:,} partitions (fd limit {info['fd_limit']:,})", "-",
              f"{open_s * 1000:,.1f} ms", f"{open_min * 1000:,.1f} ms", "1.00x", "-")]
     verdicts = []
+    summary = Summary("cluster_metadata", "Reading Kafka's __cluster_metadata against logstore.open", data, path)
     for bench in benches:
         extra, stats = bench["extra_info"], bench["stats"]
         if bench is opening:
@@ -194,6 +197,9 @@ def main(argv: list[str]) -> int:
         if extra["what"].endswith("(log)"):
             cell = met(ratio <= RATIO_TARGET, stats["min"] / open_min <= RATIO_TARGET)
             verdicts.append(cell)
+        summary.row(f"{extra['what']} / open", ratio, verdict=None if cell == "-" else cell,
+                    target=None if cell == "-" else RATIO_TARGET, op="<=", ours=f"{stats['median'] * 1000:,.1f} ms",
+                    peer=f"{open_s * 1000:,.1f} ms (open)")
         rows.append((extra["what"], f"{extra['topics']:,} topics, {extra['records']:,} records",
                      f"{extra['bytes'] / 1024:,.0f} KiB", f"{stats['median'] * 1000:,.1f} ms",
                      f"{stats['min'] * 1000:,.1f} ms", f"{ratio:.3f}x", cell))
@@ -201,6 +207,7 @@ def main(argv: list[str]) -> int:
     print()
     table(("timed", "over", "bytes", "median", "min", "/ open", f"<= {RATIO_TARGET:g}x"),
           ("---", "---", "---:", "---:", "---:", "---:", ":---:"), rows)
+    summary.write()
     return finish(verdicts, problems, prog)
 
 

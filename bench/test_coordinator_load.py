@@ -150,9 +150,11 @@ def test_coordinator_load(benchmark, stores, name):
 def main(argv: list[str]) -> int:
     """Print each store's load time and disk bytes against the few-keys baseline, and the targets."""
     from benchjson import finish, load_groups, machine_line, met, table
+    from summary import Summary
 
     prog = "bench/test_coordinator_load.py"
-    loaded = load_groups(argv[1] if len(argv) > 1 else ".benchmarks/coordinator_load.json", prog)
+    path = argv[1] if len(argv) > 1 else ".benchmarks/coordinator_load.json"
+    loaded = load_groups(path, prog)
     if isinstance(loaded, int):
         return loaded
     data, _, problems = loaded
@@ -164,6 +166,8 @@ def main(argv: list[str]) -> int:
         return finish([], problems, prog)
     few_s, few_bytes = few["stats"]["median"], few["extra_info"]["disk_bytes"]
     rows, verdicts = [], []
+    summary = Summary("coordinator_load", "Coordinator load of a compacted __consumer_offsets vs a few-keys store",
+                      data, path)
     for name in STORES:
         bench = benches.get(name)
         if bench is None:
@@ -177,6 +181,11 @@ def main(argv: list[str]) -> int:
             load_cell = met(load <= LOAD_TARGET, stats["min"] / few["stats"]["min"] <= LOAD_TARGET)
             disk_cell = met(info["disk_bytes"] <= 2 * few_bytes + info["segment_bytes"])
             verdicts += [load_cell, disk_cell]
+            summary.row(f"{name} load / few", load, verdict=load_cell, target=LOAD_TARGET, op="<=",
+                        ours=f"{stats['median'] * 1000:,.1f} ms", peer=f"{few_s * 1000:,.1f} ms (few)")
+            summary.row(f"{name} disk (target: 2x few + 1 segment)", info["disk_bytes"], verdict=disk_cell,
+                        target=2 * few_bytes + info["segment_bytes"], op="<=", unit="B",
+                        ours=f"{info['disk_bytes'] / 1024:,.1f} KiB")
         rows.append((name, f"{info['commits']:,}", f"{info['records_replayed']:,}", f"{info['segments']}",
                      f"{info['disk_bytes'] / 1024:,.1f} KiB", f"{disk:.2f}x",
                      f"{stats['median'] * 1000:,.1f} ms", f"{load:.2f}x", load_cell, disk_cell))
@@ -185,6 +194,7 @@ def main(argv: list[str]) -> int:
     table(("store", "commits", "records replayed", "segments", "offsets .log bytes", "disk / few",
            "load (median)", "load / few", f"load <= {LOAD_TARGET:g}x", "disk <= 2x few + 1 segment"),
           ("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", ":---:", ":---:"), rows)
+    summary.write()
     return finish(verdicts, problems, prog)
 
 

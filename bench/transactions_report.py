@@ -15,11 +15,12 @@ from __future__ import annotations
 import sys
 
 from benchjson import finish, load_groups, met, table
+from summary import Summary
 
 DEFAULT_PATH = ".benchmarks/transactions.json"
 
 
-def _row(group: str, sides: dict) -> tuple:
+def _row(group: str, sides: dict, summary: Summary) -> tuple:
     ours = sides["ours"]
     info, stats = ours["extra_info"], ours["stats"]
     if info["op"] == "read-committed":
@@ -30,15 +31,19 @@ def _row(group: str, sides: dict) -> tuple:
         rate = info["bytes"] / stats["median"] / 1e6
         notes = (f"{rate:,.0f} MB/s vs {info['bytes'] / peer['stats']['median'] / 1e6:,.0f} MB/s; "
                  f"{info['records']:,} of {peer['extra_info']['records']:,} records kept")
-        return (group, f"{ratio:.2f}x", f"{best:.2f}x", f">= {target:g}x", met(ratio >= target, best >= target),
-                notes, stats["rounds"])
+        verdict = met(ratio >= target, best >= target)
+        summary.row(group, ratio, verdict=verdict, target=target, ours=f"{rate:,.0f} MB/s",
+                    peer=f"{info['bytes'] / peer['stats']['median'] / 1e6:,.0f} MB/s")
+        return (group, f"{ratio:.2f}x", f"{best:.2f}x", f">= {target:g}x", verdict, notes, stats["rounds"])
     target = info.get("target_seconds")
     notes = (f"snapshot at {info.get('snapshot_offset')}, {info.get('replayed_batches', 0):,} producer batches "
              f"replayed, {info.get('bytes', 0) / 2**20:,.0f} MiB of {info.get('log_bytes', 0) / 2**20:,.0f} MiB "
              f"scanned, {info.get('producers', 0):,} producers")
+    verdict = "—" if target is None else met(stats["median"] < target, stats["min"] < target)
+    summary.row(group, stats["median"], verdict=verdict, target=target, op="<", unit="s",
+                ours=f"{stats['median']:.3f} s")
     return (group, f"{stats['median']:.3f} s", f"{stats['min']:.3f} s",
-            "info" if target is None else f"< {target:g} s",
-            "—" if target is None else met(stats["median"] < target, stats["min"] < target), notes, stats["rounds"])
+            "info" if target is None else f"< {target:g} s", verdict, notes, stats["rounds"])
 
 
 def main(argv: list[str]) -> int:
@@ -48,9 +53,11 @@ def main(argv: list[str]) -> int:
         return loaded
     data, groups, problems = loaded
     rows = []
+    summary = Summary("transactions", "Transactions in the log: read_committed and reopening producers", data,
+                      argv[1] if len(argv) > 1 else DEFAULT_PATH)
     for group, sides in groups.items():
         try:
-            rows.append(_row(group, sides))
+            rows.append(_row(group, sides, summary))
         except (KeyError, TypeError, ZeroDivisionError) as exc:
             problems.append(f"group {group}: missing {exc}")
     commit = (data.get("commit_info") or {}).get("id") or "?"
@@ -63,6 +70,7 @@ def main(argv: list[str]) -> int:
           "same 64 MiB log, 10% of transactions aborted; ours/peer as a rate ratio.")
     print("reopen-producers: logstore.open after SIGKILL of 1 GiB from 100,000 producers; snapshot = the roll "
           "snapshot plus a replay of the last segment, full = every .snapshot removed.")
+    summary.write()
     return finish([r[4] for r in rows if r[4] != "—"], problems, "transactions_report")
 
 

@@ -40,7 +40,7 @@ import logging
 import struct
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import Executor
-from typing import IO, TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 from logstore.broker.acls import java_host
 from logstore.broker.api import REGISTRY, Api, Request
@@ -57,6 +57,7 @@ from logstore.broker.protocol import (
     peek_api,
 )
 from logstore.broker.request_time import measured
+from logstore.broker.send_file import send_file
 from logstore.errors import SaslAuthenticationError
 
 if TYPE_CHECKING:
@@ -359,6 +360,12 @@ class Connection:
             except (ConnectionError, OSError):
                 self._end(REPLY_FAILED)
                 return
+            except RuntimeError:
+                # uvloop refuses a write on a transport closed under it (the client reset); asyncio drops it.
+                if not self.writer.transport.is_closing():
+                    raise
+                self._end(REPLY_FAILED)
+                return
             finally:
                 self.writing = False
                 response.close()
@@ -378,7 +385,6 @@ class Connection:
         self._end(why)
 
     async def _send_parts(self, parts: Sequence[Part]) -> None:
-        loop = asyncio.get_running_loop()
         for part in parts:
             if not isinstance(part, HeldSlice):
                 self.writer.write(part)
@@ -392,15 +398,7 @@ class Connection:
                     self.writer.write(part.read(offset, COPY_CHUNK_BYTES))
                     await self.writer.drain()
             else:
-                await self.writer.drain()
-                try:
-                    # asyncio's sendfile needs only the fileno() and seek() a HeldSlice has, not a whole IO.
-                    await loop.sendfile(self.writer.transport, cast("IO[bytes]", part), part.position, part.size,
-                                        fallback=False)
-                except (AttributeError, NotImplementedError, asyncio.SendfileNotAvailableError):
-                    # uvloop, or a transport without sendfile: copy, and stop trying.
-                    self._sendfile = False
-                    self.writer.write(part.read())
+                await send_file(self.writer, part)
 
 
 class AuthenticationFailed(Exception):

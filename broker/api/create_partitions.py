@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from logstore.broker import collector
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, Outcome, ResourceType, authorized, coordinate, refuse
 from logstore.broker.api.topic_creation import MAX_PARTITIONS_PER_REQUEST, TOO_MANY_PARTITIONS
@@ -121,6 +122,8 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
         if checked.ok and not body.validate_only:
             grown = await coordinate(request, store.create_partitions, name, topic.count)
             answers[name] = (grown.error, grown.message)
+            if grown.ok:
+                collector.created(len(grown.result))
         else:
             answers[name] = (checked.error, checked.message)
     result_cls = response_type(KEY, version, "CreatePartitionsTopicResult")

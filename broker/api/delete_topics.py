@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from logstore.broker import collector
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, attempt, authorized, coordinate, denied
 from logstore.broker.protocol import ZERO_MS, ErrorCode
@@ -59,5 +60,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
             # Off the event loop: the offsets' tombstones wait for their fsync.
             outcome = await coordinate(request, broker.delete_topic, name)
             error, message = outcome.error, outcome.message
+            if outcome.ok:
+                collector.thaw()   # its logs' cycles must be collectable
         results.append(build(result_cls, name=name, error_code=error, error_message=message))
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, responses=tuple(results))

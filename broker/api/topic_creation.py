@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from logstore.broker import collector
 from logstore.broker.api import KioMessage, Request
 from logstore.broker.api.kit import Outcome, attempt, coordinate, failure
 from logstore.errors import StorageError
@@ -62,4 +63,5 @@ async def create_topics(request: Request, topics: Sequence[NewTopic]) -> list[Ou
         return []
     done = await coordinate(request, _create_each, request, topics)
     # `_create_each` turns every Kafka error into its topic's outcome, so the call itself cannot fail.
+    collector.created(sum(outcome.result for outcome in done.result if outcome.ok))
     return done.result
