@@ -49,6 +49,7 @@ from logstore.broker.coordinator.txn_metadata import (
     COORDINATOR_EPOCH,
     ENDED,
     EPOCH_EXHAUSTED,
+    FENCE_BUMP,
     MAX_EPOCH,
     PREPARED,
     TV_0,
@@ -231,7 +232,8 @@ class TransactionCoordinator:
             # The bumped epoch goes into the abort's markers, which fences the old producer
             # in every partition; the caller's retry bumps once more.
             return meta.transit(state=TxnState.PREPARE_EPOCH_FENCE,
-                                producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH), last_producer_epoch=-1)
+                                producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
+                                last_producer_epoch=FENCE_BUMP)
         if meta.state not in ENDED:
             raise AssertionError(f"transactional id {meta.transactional_id!r} is {meta.state.kafka_name}")
         fresh = dict(state=TxnState.EMPTY, timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
@@ -362,7 +364,10 @@ class TransactionCoordinator:
             state = meta.state
             retry_on_overflow = (meta.previous_producer_id == producer_id and producer_epoch == EPOCH_EXHAUSTED
                                  and meta.producer_epoch == 0)
-            retry_on_bump = meta.producer_epoch == producer_epoch + 1
+            # A retry of this producer's own bumping end, not a zombie's one epoch below a fence's bump; after a
+            # load the last epoch is unknown (-1) and the one below is taken for a retry, as Kafka does.
+            retry_on_bump = (meta.producer_epoch == producer_epoch + 1
+                             and meta.last_producer_epoch in (producer_epoch, -1))
             if meta.producer_id != producer_id and not retry_on_overflow:
                 raise InvalidProducerIdMappingError(
                     f"producer {producer_id} does not hold transactional id {transactional_id!r}")

@@ -20,6 +20,10 @@ ENDED = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 # KIP-939: a two-phase-commit transaction is one whose timeout is Integer.MAX_VALUE (Kafka's
 # isDistributedTwoPhaseCommitTxn): persisted in the record's timeout, never aborted by a timeout.
 TWO_PHASE_TIMEOUT_MS = 2_147_483_647
+# `last_producer_epoch` after a second instance's InitProducerId bumped the epoch to fence the first: the
+# epoch one below is a zombie's, not a retry of a bumping end (a timeout's bump leaves -1: the producer that
+# timed out may still end its transaction with an abort, answered as a retry, and go on).
+FENCE_BUMP = -2
 
 
 @dataclass
@@ -37,7 +41,7 @@ class TxnMetadata:
     # The id before the last epoch exhaustion, and the epoch before the last bump
     # (KIP-360: a retried InitProducerId is answered, not fenced).
     previous_producer_id: int = -1
-    last_producer_epoch: int = -1
+    last_producer_epoch: int = -1   # not in the log (nor in Kafka's): -1 after a load; FENCE_BUMP after a fence
     # TV_2: the producer id the Complete state moves to when ending this transaction exhausts the epoch.
     next_producer_id: int = -1
     # The transaction version of the client's last transition (Kafka's ClientTransactionVersion).

@@ -13,6 +13,7 @@ import pytest
 from logstore.broker.coordinator.partitioning import partition_for
 from logstore.broker.coordinator.transaction import OFFSETS_TOPIC, TXN_STATE_TOPIC, TransactionCoordinator, TxnConfig
 from logstore.broker.coordinator.txn_log import TxnLogValue, TxnState, decode_key, decode_value
+from logstore.broker.coordinator.txn_metadata import TV_2
 from logstore.errors import (
     ConcurrentTransactionsError,
     InvalidProducerEpochError,
@@ -181,6 +182,18 @@ def test_init_while_a_transaction_is_open_aborts_it_with_a_bumped_epoch_then_ask
         assert markers(store, partition=p) == [("ABORT", pid, epoch + 1)]
     assert store.log("t", 1).last_stable_offset == store.log("t", 1).log_end_offset
     assert [r.state for r in state_records(store)][-2:] == [TxnState.PREPARE_ABORT, TxnState.COMPLETE_ABORT]
+    assert coordinator.init_producer_id(TXN, TIMEOUT) == (pid, epoch + 2)
+
+
+def test_a_tv2_end_from_the_producer_a_fence_aborted_is_fenced_not_taken_for_a_retry(env):
+    coordinator, store, _ = env
+    pid, epoch = coordinator.init_producer_id(TXN, TIMEOUT)
+    coordinator.add_partitions(TXN, pid, epoch, [("t", 0)], TV_2)
+    with pytest.raises(ConcurrentTransactionsError):
+        coordinator.init_producer_id(TXN, TIMEOUT)   # a second instance fences: epoch + 1, aborted
+    # The zombie's abort carries the epoch one below the fence's: no EndTxn of its own bumped it.
+    with pytest.raises(ProducerFencedError):
+        coordinator.end_transaction(TXN, pid, epoch, False, TV_2)
     assert coordinator.init_producer_id(TXN, TIMEOUT) == (pid, epoch + 2)
 
 
