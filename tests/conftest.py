@@ -65,6 +65,7 @@ def pytest_generate_tests(metafunc):
 # three workers in collection order; one of these started near the end would run alone while the other
 # workers idle, so they go first and the many short files fill in behind them.
 LONGEST_FILES = (
+    "broker/test_fast_codec.py",
     "packaging/test_dist_install.py", "readme/test_readme_session.py", "packaging/test_standalone_clone.py",
     "spark/test_spark_write_kills.py", "spark/test_spark_write_broker.py", "spark/test_spark_write_size.py",
     "spark/test_spark_write.py", "spark/test_spark_streaming.py",
