@@ -7,10 +7,12 @@ reads back the last one, after a restart too.
 """
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -43,11 +45,18 @@ def _commit(group: str, topic: str, offset: int) -> OffsetCommitRequest:
 
 
 def _committed(broker, group: str, topic: str) -> tuple[int, str]:
-    """(offset, metadata) committed for partition 0, asked on a fresh connection."""
-    with connect(broker) as s:
-        s.sendall(request_frame(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=(
-            OffsetFetchRequestTopics(name=topic, partition_indexes=(0,)),)),)), 1))
-        _, response = read_response(s, OFFSET_FETCH, 8)
+    """(offset, metadata) committed for partition 0, asked on a fresh connection (again while the restarted
+    broker still loads its groups: COORDINATOR_LOAD_IN_PROGRESS, which clients retry)."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with connect(broker) as s:
+            s.sendall(request_frame(OffsetFetchRequest(groups=(OffsetFetchRequestGroup(group_id=group, topics=(
+                OffsetFetchRequestTopics(name=topic, partition_indexes=(0,)),)),)), 1))
+            _, response = read_response(s, OFFSET_FETCH, 8)
+        if response.groups[0].error_code != ErrorCode.coordinator_load_in_progress:
+            break
+        assert time.monotonic() < deadline, "the group never finished loading"
+    assert response.groups[0].error_code == 0
     ((partition,),) = [t.partitions for t in response.groups[0].topics]
     assert partition.error_code == 0
     return partition.committed_offset, partition.metadata
