@@ -27,11 +27,12 @@ class LeaderEpochCache:
     Not task-safe: the partition's Log serialises every call.
     """
 
-    def __init__(self, path: StrPath, *, persist: bool = True, fs: FileSystem = OS):
+    def __init__(self, path: StrPath, *, persist: bool = True, exists: bool = True, fs: FileSystem = OS):
+        """`exists` False: a listing just made has no checkpoint file, so there is nothing to read."""
         self.path = path
         self.persist = persist
         self.fs = fs
-        entries = read_leader_epoch_checkpoint(path, fs)
+        entries = read_leader_epoch_checkpoint(path, fs) if exists else []
         for i, (epoch, offset) in enumerate(entries):
             previous = entries[i - 1] if i else (-1, -1)  # so the first must be >= (0, 0)
             if epoch <= previous[0] or offset <= previous[1]:

@@ -2,7 +2,8 @@
 
 Byte layouts and rules are on-disk-format.md §5.3–5.5. The offset and time
 indexes are preallocated to `segment.index.bytes` while their segment is
-active and trimmed to whole entries when it rolls or closes; a trimmed file
+active (from its first append: a segment never appended to has no index
+file) and trimmed to whole entries when it rolls or closes; a trimmed file
 is trusted to hold exactly `length / entry size` entries on reopen, which
 is why an unclean shutdown rebuilds the indexes of the segments it touched.
 The searches are native (`logstore.native.index`). Every file operation goes
@@ -34,6 +35,8 @@ class OffsetIndex(MappedIndex[OffsetIndexCore]):
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """(offset, position) of the largest entry at or below `offset`, or (base offset, 0)."""
+        if self.idle_and_empty:
+            return (self.base_offset, 0)
         return self.core.lookup(offset)
 
     def append(self, offset: int, position: int) -> None:
@@ -42,6 +45,8 @@ class OffsetIndex(MappedIndex[OffsetIndexCore]):
 
     def last_entry(self) -> tuple[int, int]:
         """The newest entry, or (base offset, 0)."""
+        if self.idle_and_empty:
+            return (self.base_offset, 0)
         return self.core.last_entry()
 
     def entry(self, slot: int) -> tuple[int, int]:
@@ -53,6 +58,8 @@ class OffsetIndex(MappedIndex[OffsetIndexCore]):
 
     def sanity_check(self, log_size: int) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's index."""
+        if not self.exists:
+            return
         with self._borrowed() as core:
             self.check_length()
             if not core.entries:
@@ -68,10 +75,13 @@ class TimeIndex(MappedIndex[TimeIndexCore]):
     """`.timeindex`: max timestamp so far → offset of the batch that holds it."""
 
     entry_size = 12
+    reserved_slots = 1   # for the closing entry (`maybe_append(final=True)`)
     core_type = TimeIndexCore
 
     def lookup(self, timestamp: int) -> tuple[int, int]:
         """(timestamp, offset) of the largest entry at or below `timestamp`, or (-1, base offset)."""
+        if self.idle_and_empty:
+            return (-1, self.base_offset)
         return self.core.lookup(timestamp)
 
     def maybe_append(self, timestamp: int, offset: int, *, final: bool = False) -> bool:
@@ -80,6 +90,8 @@ class TimeIndex(MappedIndex[TimeIndexCore]):
 
     def last_entry(self) -> tuple[int, int]:
         """The newest entry, or (-1, base offset)."""
+        if self.idle_and_empty:
+            return (-1, self.base_offset)
         return self.core.last_entry()
 
     def entry(self, slot: int) -> tuple[int, int]:
@@ -91,6 +103,8 @@ class TimeIndex(MappedIndex[TimeIndexCore]):
 
     def sanity_check(self) -> None:
         """Raise CorruptIndexError if the file cannot be this segment's time index."""
+        if not self.exists:
+            return
         with self._borrowed() as core:
             self.check_length()
             if not core.entries:
@@ -133,11 +147,12 @@ class TxnIndex:
 
     entry_size = _ABORTED.size
 
-    def __init__(self, path: str, base_offset: int, fs: FileSystem = OS):
+    def __init__(self, path: str, base_offset: int, fs: FileSystem = OS, *, exists: bool | None = None):
         self.path = path
         self.base_offset = base_offset
         self.fs = fs
-        self._entries: list[AbortedTxn] | None = None
+        # `exists` False: the caller's listing of the directory has no such file, so nothing to read.
+        self._entries: list[AbortedTxn] | None = [] if exists is False else None
         self._fd = -1  # opened by the first append: most segments never have an aborted transaction
 
     @property

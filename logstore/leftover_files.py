@@ -34,11 +34,13 @@ _INDEX_SUFFIXES = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 @dataclass
 class SegmentFiles:
     """The directory as the loader will see it: segment base offset → the state suffix its files
-    carry ("" or `.swap`), and the names a writing loader removes or renames (in that order)."""
+    carry ("" or `.swap`), the names a writing loader removes or renames (in that order), and every
+    name the directory holds (as `settle_leftovers` leaves it, once it ran)."""
 
     segments: dict[int, str] = field(default_factory=dict)
     removed: list[str] = field(default_factory=list)
     renamed: list[tuple[str, str]] = field(default_factory=list)
+    names: set[str] = field(default_factory=set)
 
 
 def _suffix_of(name: str) -> tuple[int | None, str, str]:
@@ -61,10 +63,12 @@ def _swap_end(directory: str, base: int, fmt: LogFormat, fs: FileSystem) -> int:
         swap.close()
 
 
-def find_segment_files(directory: str, fmt: LogFormat, fs: FileSystem) -> SegmentFiles:
-    """Which segments the directory holds once its leftovers are dealt with; reads, never writes."""
-    names = sorted(fs.listdir(directory))
-    found = SegmentFiles()
+def find_segment_files(directory: str, fmt: LogFormat, fs: FileSystem,
+                       names: list[str] | None = None) -> SegmentFiles:
+    """Which segments the directory holds once its leftovers are dealt with; reads, never writes.
+    `names`: the directory's listing, if the caller just made one."""
+    names = sorted(fs.listdir(directory) if names is None else names)
+    found = SegmentFiles(names=set(names))
     live = []
     for name in names:
         offset, kind, state = _suffix_of(name)
@@ -109,6 +113,9 @@ def settle_leftovers(directory: str, found: SegmentFiles, fs: FileSystem) -> Non
             fs.unlink(os.path.join(directory, name))
         except FileNotFoundError:
             pass
+        found.names.discard(name)
     for old, new in found.renamed:
         fs.rename(os.path.join(directory, old), os.path.join(directory, new))
+        found.names.discard(old)
+        found.names.add(new)
     found.segments = dict.fromkeys(found.segments, "")

@@ -5,7 +5,9 @@ Kafka's LogLoader, in order (on-disk-format.md §5.1, §5.6):
 1. Leftovers: `.deleted`, `.cleaned` and orphan index files go, `.swap`
    renames are finished (`leftover_files.py`).
 2. Every segment is opened; an index that is missing or fails its sanity
-   check is rebuilt from the log.
+   check is rebuilt from the log (an empty segment has nothing to index:
+   its index files are made by its first append, so a new partition has
+   none).
 3. Unless the last shutdown was clean, every segment from the one holding
    the recovery point is scanned (framing, CRC, increasing offsets): the
    first broken or partial entry ends the log and every later segment goes.
@@ -43,11 +45,11 @@ from typing import TYPE_CHECKING, TypedDict, cast
 from logstore.config import LogConfig
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import CorruptRecordError, LogStoreError, SegmentDeletedError
-from logstore.filenames import INDEX_SUFFIX, TIME_INDEX_SUFFIX, offset_path
+from logstore.filenames import INDEX_SUFFIX, SNAPSHOT_SUFFIX, TIME_INDEX_SUFFIX, offset_name, parse_offset
 from logstore.filesystem import OS, FileSystem
 from logstore.formats import DEFAULT_FORMAT, LogFormat
 from logstore.index import AbortedTxn, CorruptIndexError
-from logstore.leftover_files import find_segment_files, settle_leftovers
+from logstore.leftover_files import SegmentFiles, find_segment_files, settle_leftovers
 from logstore.producer_rebuild import ScanReplay, SnapshotLoad, reload_producer_state
 from logstore.producer_state import DEFAULT_EXPIRATION_MS, ProducerStateManager, snapshot_path
 from logstore.segment import LogSegment
@@ -172,24 +174,27 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
              clean_shutdown: bool = False, recovery_point: int = 0, log_start_offset: int = 0,
              fmt: LogFormat = DEFAULT_FORMAT,
              epoch_cache: LeaderEpochCache | None = None, producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
-             on_batch: Callable[[LogSegment, Entry], None] | None = None, fs: FileSystem = OS) -> LoadedLog:
+             on_batch: Callable[[LogSegment, Entry], None] | None = None, names: list[str] | None = None,
+             fs: FileSystem = OS) -> LoadedLog:
     """Open the segments of a partition directory and rebuild its producer state, recovering as Kafka would.
 
     Epochs of scanned batches newer than `epoch_cache` knows are assigned to
     it (WRITE only), so a crash between an append and the checkpoint write
     loses no epoch. `on_batch(segment, entry)` sees every entry recovery
     scans, in order. An empty directory gets an empty segment at
-    `log_start_offset` (WRITE) or none (READ_ONLY).
+    `log_start_offset` (WRITE) or none (READ_ONLY). `names` is the
+    directory's listing if the caller just made one: a clean open then
+    lists nothing again and asks for no file that is not there.
     """
     config = config or LogConfig()
     write = mode is LoadMode.WRITE
     started = time.monotonic()
     report = RecoveryReport(directory, clean_shutdown, mode=mode)
-    files = find_segment_files(directory, fmt, fs)
+    files = find_segment_files(directory, fmt, fs, names)
     report.removed_files = list(files.removed)
     if write:
         settle_leftovers(directory, files, fs)
-    segments, missing = _open_segments(directory, files.segments, config, fmt, write, fs)
+    segments, missing = _open_segments(directory, files, config, fmt, write, fs)
     producers = ProducerStateManager(directory, expiration_ms=producer_id_expiration_ms, fs=fs)
     try:
         # The segment holding the recovery point: an unclean shutdown scans from there.
@@ -210,7 +215,8 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
                                                                           on_batch), write)
         if not segments and write:
             segments.append(LogSegment(directory, log_start_offset, index_interval_bytes=config.index_interval_bytes,
-                                       max_index_size=config.segment_index_bytes, fmt=fmt, fs=fs))
+                                       max_index_size=config.segment_index_bytes, fmt=fmt, names=files.names,
+                                       fs=fs))
         if write:
             for segment in segments[:-1]:
                 segment.on_becoming_inactive()
@@ -224,7 +230,7 @@ def load_log(directory: str, config: LogConfig | None = None, mode: LoadMode = L
         else:
             load, replayed = reload_producer_state(producers, segments, log_start_offset=start,
                                                    log_end_offset=log_end_offset, clean_shutdown=clean_shutdown,
-                                                   fmt=fmt, write=write)
+                                                   fmt=fmt, write=write, snapshots=_snapshot_offsets(files.names))
             scanned_from = None
         if write and (replay is not None or load.replayed_batches):
             # So the next open replays nothing (Kafka snapshots at the end of a rebuild).
@@ -250,20 +256,22 @@ class _SegmentOptions(TypedDict):
     max_index_size: int
     fmt: LogFormat
     writable: bool
+    names: set[str]
     fs: FileSystem
 
 
-def _open_segments(directory: str, found: dict[int, str], config: LogConfig, fmt: LogFormat,
+def _open_segments(directory: str, files: SegmentFiles, config: LogConfig, fmt: LogFormat,
                    write: bool, fs: FileSystem) -> tuple[list[LogSegment], dict[int, list[str]]]:
-    """The segments of `found` (base offset → state suffix), and the index files each lacked."""
+    """The segments of `files` (base offset → state suffix), and the index files each lacked."""
     segments: list[LogSegment] = []
     lacking: dict[int, list[str]] = {}
+    names = files.names
     opts: _SegmentOptions = dict(index_interval_bytes=config.index_interval_bytes,
-                                 max_index_size=config.segment_index_bytes, fmt=fmt, writable=write, fs=fs)
+                                 max_index_size=config.segment_index_bytes, fmt=fmt, writable=write, names=names,
+                                 fs=fs)
     try:
-        for base, suffix in found.items():
-            missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX)
-                       if not fs.exists(offset_path(directory, base, s + suffix))]
+        for base, suffix in files.segments.items():
+            missing = [s for s in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) if offset_name(base, s + suffix) not in names]
             try:
                 segment = LogSegment(directory, base, suffix=suffix, **opts)
             except FileNotFoundError:
@@ -284,6 +292,10 @@ def _open_segments(directory: str, found: dict[int, str], config: LogConfig, fmt
 
 def _check_indexes(segment: LogSegment, missing: list[str] | None, report: RecoveryReport) -> None:
     """Rebuild the indexes of a segment no scan covers if they are missing or fail their sanity check."""
+    if missing and not segment.size:
+        # Nothing to index, nothing to rebuild: an empty segment's index files are made by its first
+        # append (a new partition has none), or at once by a Kafka broker that opens it.
+        missing = None
     reason = f"missing {' and '.join(missing)}" if missing else _index_problem(segment)
     if reason:
         report.rebuilt_indexes.append((segment.base_offset, reason))
@@ -291,6 +303,12 @@ def _check_indexes(segment: LogSegment, missing: list[str] | None, report: Recov
         if not segment.indexes_writable:
             segment.use_memory_indexes()
         _recover_segment(segment, report, None)
+
+
+def _snapshot_offsets(names: set[str]) -> list[int]:
+    """The offsets of the producer snapshots among `names`, oldest first."""
+    found = (parse_offset(name, SNAPSHOT_SUFFIX) for name in names if name.endswith(SNAPSHOT_SUFFIX))
+    return sorted(offset for offset in found if offset is not None)
 
 
 def _index_problem(segment: LogSegment) -> str | None:

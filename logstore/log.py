@@ -166,12 +166,18 @@ class Log:
         (`loader.load_log`: segments, offsets and producer state come from there). `dir_state` is its
         log dir's, shared with the store's other logs there (default: one of its own)."""
         config = config or LogConfig()
-        fs.makedirs(directory, exist_ok=True)
-        epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
+        # One listing serves the whole open: which segments, indexes, snapshots and checkpoint exist.
+        try:
+            names = fs.listdir(directory)
+        except FileNotFoundError:
+            fs.makedirs(directory, exist_ok=True)
+            names = []
+        epoch_cache = LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT),
+                                       exists=LEADER_EPOCH_CHECKPOINT in names, fs=fs)
         loaded = load_log(directory, config, LoadMode.WRITE, clean_shutdown=clean_shutdown,
                           recovery_point=recovery_point, log_start_offset=log_start_offset, fmt=fmt,
                           epoch_cache=epoch_cache, producer_id_expiration_ms=producer_id_expiration_ms,
-                          on_batch=on_batch, fs=fs)
+                          on_batch=on_batch, names=names, fs=fs)
         return cls(directory, loaded.segments, config=config, log_end_offset=loaded.log_end_offset,
                    log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
                    report=loaded.report, fmt=fmt, epoch_cache=epoch_cache, producers=loaded.producers, fs=fs,

@@ -5,8 +5,14 @@ and the descriptor closed at once, and reopened for a moment only to resize
 or fsync it. Kafka's LazyIndex: the file is mapped the first time its entries
 are needed (a lookup, an append), and a trim, which is what a segment that
 stops being active gets, unmaps it again; a sanity check maps it only while
-it runs. A file cut under its map, or a write into a preallocated page a full
-disk cannot back, raises `IndexAccessError` (a `StorageError`) from the access
+it runs. Creating and growing the file wait for that first map too: a new
+index has no file, and `make_active` only notes the size, so a partition
+that is created, or opened and closed, without an append never creates,
+grows or trims an index file (10,000 of them restart in a few syscalls
+each); an index known to hold no entry answers lookups without its file.
+Kafka rebuilds a missing index of a segment, so a directory with none is
+still one Kafka opens. A file cut under its map, or a write into a
+preallocated page a full disk cannot back, raises `IndexAccessError` (a `StorageError`) from the access
 that faults, where SIGBUS would end the process (`native/map_guard.h`).
 """
 from __future__ import annotations
@@ -68,10 +74,11 @@ class MappedIndex(Generic[_Core]):
     """
 
     entry_size = 0
+    reserved_slots = 0   # slots past which the native core calls the index full (the time index keeps one)
     core_type: type[_Core]
 
     def __init__(self, path: str, base_offset: int, max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
-                 *, writable: bool = True, fs: FileSystem = OS) -> None:
+                 *, writable: bool = True, exists: bool | None = None, fs: FileSystem = OS) -> None:
         # Annotated: mypy defers this method (it calls the decorated `_descriptor`) and then cannot infer them.
         self.path: str = path
         self.base_offset: int = base_offset
@@ -84,21 +91,24 @@ class MappedIndex(Generic[_Core]):
         self._closed: bool = False
         self._fd: int = -1                 # only an anonymous file's (see _ANONYMOUS)
         self._loaded: bool = False         # whether `core` is the native view of a map (or the closed one)
+        self._target: int | None = None    # the length `make_active` asked for, given at the next map
         # Around everything that names the file or swaps the map: a reader's first lookup and the flush thread
         # reopen it by name while the log's owner may rename or delete it (never the lookups themselves).
         self._lock: threading.RLock = threading.RLock()
         # A plain attribute, not a property: lookups read it at full speed once mapped.
         self.core: _Core = cast("_Core", _Unmapped(self))  # cast: it forwards to the core it maps
-        new = not fs.exists(path)
-        if new and not writable:
+        # `exists`: what the caller's listing of the directory says (None: ask the file system, and a
+        # read-only index needs its file; told there is none, it is an empty one).
+        self._present: bool = fs.exists(path) if exists is None else exists
+        if not self._present and not writable and exists is None:
             raise FileNotFoundError(path)
         if path.startswith(_ANONYMOUS):
             self._fd = fs.open(path, os.O_RDWR if writable else os.O_RDONLY)
-        if new:
-            length = self._round(max_index_size)
-            with self._descriptor(create=True) as fd:
-                fs.truncate(fd, length)
-            self._length, self._entries = length, 0
+        if not self._present:
+            self._length, self._entries = 0, 0
+            if writable:
+                # Made at its full size by the first use that needs a file (`_load`).
+                self._target = self._round(max_index_size)
 
     @contextmanager
     def _descriptor(self, *, create: bool = False) -> Iterator[int]:
@@ -113,12 +123,15 @@ class MappedIndex(Generic[_Core]):
         finally:
             self.fs.close(fd)
 
-    def _load(self) -> None:
-        """Map the file (the first use of an unmapped index); a closed index gets an empty core."""
+    def _load(self, *, grow: bool = True) -> None:
+        """Map the file (the first use of an unmapped index), first giving it the length `make_active`
+        asked for unless not `grow`; a closed index, or one with no file, gets an empty core."""
         with self._lock:
             if self._loaded:
                 return
-            if self._closed:
+            if self._target is not None and grow:
+                self.resize(self._target)
+            if self._closed or not self._present:
                 self.core, self._loaded = self.core_type(None, self.base_offset, 0, self.path), True
                 return
             with self._descriptor() as fd:
@@ -160,11 +173,11 @@ class MappedIndex(Generic[_Core]):
 
     @contextmanager
     def _borrowed(self) -> Iterator[_Core]:
-        """The core for a moment: an index not in use is mapped only for the `with`."""
+        """The core for a moment: an index not in use is mapped only for the `with`, as it is."""
         if self._loaded:
             yield self.core
             return
-        self._load()
+        self._load(grow=False)
         try:
             yield self.core
         finally:
@@ -190,8 +203,10 @@ class MappedIndex(Generic[_Core]):
 
     @property
     def length(self) -> int:
-        """The file's length in bytes."""
+        """The file's length in bytes (0 while there is no file)."""
         with self._lock:
+            if not self._present:
+                return 0
             if self._length is None:
                 with self._descriptor() as fd:
                     self._length = self.fs.size(fd)
@@ -210,6 +225,16 @@ class MappedIndex(Generic[_Core]):
         return self._entries
 
     @property
+    def idle_and_empty(self) -> bool:
+        """Whether the index is unmapped and known to hold no entry: lookups need no file."""
+        return not self._loaded and self._entries == 0
+
+    @property
+    def exists(self) -> bool:
+        """Whether the file exists (a new index has none until its first use)."""
+        return self._present
+
+    @property
     def mapped(self) -> bool:
         """Whether the file is mapped now (it is between its first use and the next trim or close)."""
         return self._map is not None
@@ -221,37 +246,60 @@ class MappedIndex(Generic[_Core]):
 
     @property
     def is_full(self) -> bool:
-        """Whether the segment must roll before the next entry."""
+        """Whether the segment must roll before the next entry (asked of an index not grown yet: whether
+        it will be once grown, without making its file)."""
+        if not self._loaded and self._target is not None:
+            entries = self.entries
+            return entries >= max(self._target // self.entry_size, entries) - self.reserved_slots
         return self.core.is_full
 
+    def load(self) -> None:
+        """Map the file now, with the room `make_active` asked for: what an append does first, so that a
+        file that cannot be made fails the append that needs it."""
+        if not self._loaded:
+            self._load()
+
     def resize(self, size: int) -> bool:
-        """Set the file length (rounded down to whole entries, never below the entries held)."""
+        """Set the file length (rounded down to whole entries, never below the entries held), creating
+        the file if there is none."""
         with self._lock:
             entries = self.entries
             length = max(self._round(size), entries * self.entry_size)
-            if length == self.length:
+            if self._present and length == self.length:
+                self._target = None
                 return False
             was_mapped = self._loaded
             self._unload()
-            with self._descriptor() as fd:
+            with self._descriptor(create=True) as fd:
+                self._present = True   # made by the open, whatever the truncate does
                 self.fs.truncate(fd, length)
-            self._length, self._entries = length, entries
+            # Only now: a growth that failed (a full disk) is tried again by the next use.
+            self._length, self._entries, self._target = length, entries, None
             if was_mapped:
                 self._load()
             return True
 
-    def trim(self) -> None:
+    def trim(self, *, create: bool = True) -> None:
         """Cut the file to its entries, as Kafka does when a segment stops being active, and unmap it
-        (the next use maps it again)."""
+        (the next use maps it again). An index with no file gets an empty one if `create`."""
         with self._lock:
+            self._target = None
+            if not self._present:
+                if create and self.writable:
+                    self.resize(0)
+                return
             if not self._loaded and self._entries is None and self.writable:
                 return   # untouched since opened: trusted to be whole entries already
             self._unload()
             self.resize(0)
 
     def make_active(self) -> None:
-        """Grow the file back to `segment.index.bytes` so appends have room."""
-        self.resize(self.max_index_size)
+        """Give the file room for appends, `segment.index.bytes`: at once if mapped, else at the next map."""
+        with self._lock:
+            if self._loaded:
+                self.resize(self.max_index_size)
+            else:
+                self._target = self._round(self.max_index_size)
 
     def reset(self) -> None:
         """Drop every entry (before a rebuild)."""
@@ -263,7 +311,8 @@ class MappedIndex(Generic[_Core]):
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries at or above `offset`."""
-        self.core.truncate_to(offset)
+        if not self.idle_and_empty:
+            self.core.truncate_to(offset)
 
     def flush(self) -> None:
         """Write the mapped pages, and the file's length after a trim, to disk.
@@ -271,7 +320,7 @@ class MappedIndex(Generic[_Core]):
         Always an fsync, mapped or not: writes through an earlier map of the file (an index object
         closed without a flush) are the file's too, and this is what makes them durable."""
         with self._lock:
-            if not self.writable or self._closed:
+            if not self.writable or self._closed or not self._present:
                 return
             if self._map is not None:
                 self._map.sync()
@@ -285,7 +334,7 @@ class MappedIndex(Generic[_Core]):
                 return
             try:
                 if trim and self.writable:
-                    self.trim()
+                    self.trim(create=False)
             finally:
                 self._unload()
                 self._closed = True
@@ -296,9 +345,10 @@ class MappedIndex(Generic[_Core]):
                     self._fd = -1
 
     def rename(self, path: str) -> None:
-        """Move the file; a mapping follows it."""
+        """Move the file (if there is one); a mapping follows it."""
         with self._lock:
-            self.fs.rename(self.path, path)
+            if self._present:
+                self.fs.rename(self.path, path)
             self.path = path
             if self._loaded:
                 self.core.path = path
@@ -307,7 +357,9 @@ class MappedIndex(Generic[_Core]):
         """Close and remove the file."""
         with self._lock:
             self.close(trim=False)
-            self.fs.unlink(self.path)
+            if self._present:
+                self.fs.unlink(self.path)
+                self._present = False
 
     def check_length(self) -> None:
         """Kafka's length rule: a whole number of entries."""

@@ -4,15 +4,16 @@ The directories are made in partition order; then each one's
 `partition.metadata` is written and made durable, side by side in threads
 (each needs two fsyncs, and the file system commits concurrent fsyncs
 together: a thousand partitions take well under a second instead of
-seconds), then each log opened (segment, indexes, empty producer state), and
-one fsync of each log dir makes their names durable together. A failure
-part-way removes every directory made (`remove_partitions`), so nothing
-half-made stays visible while the store runs. A crash part-way (a SIGKILL, a
-power cut) leaves a prefix of the new partitions: the store loads them as a
-topic that grew less far, and the client that got no answer asks again. Some
-of them may lack their `partition.metadata`; the next open writes it with the
-topic's id (`write_missing_metadata`), as Kafka writes a missing one with the
-id its metadata knows.
+seconds), then each log opened (an empty segment, whose index files wait for
+its first append, and an empty producer state), and one fsync of each log dir
+makes their names durable together. A failure part-way removes every
+directory made (`remove_partitions`), so nothing half-made stays visible
+while the store runs. A crash part-way (a SIGKILL, a power cut) leaves a
+prefix of the new partitions: the store loads them as a topic that grew less
+far, and the client that got no answer asks again. Some of them may lack
+their `partition.metadata`; the next open writes it with the topic's id
+(`write_missing_metadata`), as Kafka writes a missing one with the id its
+metadata knows.
 
 `LogManager` calls these under its lock and publishes the opened logs in one step.
 """

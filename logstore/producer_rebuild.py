@@ -69,12 +69,13 @@ def _kept_snapshots(offsets: Sequence[int], segments: Sequence[LogSegment], log_
 
 
 def pass_over_stray_snapshots(producers: ProducerStateManager, segments: Sequence[LogSegment], *,
-                              log_start_offset: int, upper: int | None, write: bool) -> list[int]:
+                              log_start_offset: int, upper: int | None, write: bool,
+                              offsets: Sequence[int] | None = None) -> list[int]:
     """The snapshot offsets a load may use (below `upper`, at a segment base or above every base);
-    with `write`, the others are deleted."""
-    offsets = producers.snapshot_offsets()
+    with `write`, the others are deleted. `offsets`: the snapshots a listing just found (None: list)."""
+    offsets = producers.snapshot_offsets() if offsets is None else offsets
     kept = _kept_snapshots(offsets, segments, log_start_offset, upper)
-    if write:
+    if write and len(kept) < len(offsets):
         producers.delete_snapshots(kept.__contains__)
     return sorted(kept)
 
@@ -123,14 +124,15 @@ def replay_range(producers: ProducerStateManager, segments: Sequence[LogSegment]
 
 def reload_producer_state(producers: ProducerStateManager, segments: Sequence[LogSegment], *,
                           log_start_offset: int, log_end_offset: int, clean_shutdown: bool, fmt: LogFormat,
-                          write: bool = True, now_ms: int | None = None) -> tuple[SnapshotLoad, list[AbortedTxn]]:
+                          write: bool = True, now_ms: int | None = None,
+                          snapshots: Sequence[int] | None = None) -> tuple[SnapshotLoad, list[AbortedTxn]]:
     """The state of a log no scan rebuilt (a clean open, a truncation): the newest readable snapshot at
     or below the log end, then the log after it (Kafka's loader and truncateAndReload). Returns how,
-    and the aborted transactions the replay met."""
+    and the aborted transactions the replay met. `snapshots`: the snapshot offsets, if just listed."""
     report = SnapshotLoad()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     candidates = pass_over_stray_snapshots(producers, segments, log_start_offset=log_start_offset,
-                                           upper=log_end_offset, write=write)
+                                           upper=log_end_offset, write=write, offsets=snapshots)
     start = restore_to(producers, candidates, log_end_offset, log_start_offset, report, write=write, now_ms=now_ms)
     aborted: list[AbortedTxn] = []
     if not candidates and clean_shutdown:

@@ -22,7 +22,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar, overload
 
@@ -149,6 +149,9 @@ def segments_between(segments: Sequence[_Segment], start: int, end: int) -> Iter
 class LogSegment:
     """A `.log` file with its `.index`, `.timeindex` and `.txnindex`.
 
+    The index files are made by the first append (or a rebuild that finds
+    batches), not with the segment: an empty one has none.
+
     A read-only segment (`writable=False`) never writes a byte of its files:
     an index file it lacks, or one `use_memory_indexes` sets aside, is built
     in memory instead, and `recover` ends the segment where a writer would
@@ -160,7 +163,10 @@ class LogSegment:
 
     def __init__(self, directory: str, base_offset: int, *, index_interval_bytes: int = 4096,
                  max_index_size: int = DEFAULT_MAX_INDEX_SIZE, fmt: LogFormat = DEFAULT_FORMAT,
-                 writable: bool = True, suffix: str = "", fs: FileSystem = OS):
+                 writable: bool = True, suffix: str = "", names: Container[str] | None = None,
+                 fs: FileSystem = OS):
+        """`names`: the directory's file names when the caller has just listed it (which index files
+        exist is read from it rather than asked of the file system); None to ask."""
         self.directory = directory
         self.fs = fs
         self.base_offset = base_offset
@@ -182,14 +188,15 @@ class LogSegment:
         # None only while they open: a failure below closes the offset index if it got that far.
         self.offset_index = self.time_index = None  # type: ignore[assignment]
         try:
-            self.offset_index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix)
-            self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX + suffix)
+            self.offset_index = self._open_index(OffsetIndex, INDEX_SUFFIX + suffix, names)
+            self.time_index = self._open_index(TimeIndex, TIME_INDEX_SUFFIX + suffix, names)
         except BaseException:
             if self.offset_index is not None:
                 self.offset_index.close(trim=False)
             self.file.close()
             raise
-        self.txn_index = TxnIndex(offset_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix), base_offset, fs)
+        txn_path = offset_path(directory, base_offset, TXN_INDEX_SUFFIX + suffix)
+        self.txn_index = TxnIndex(txn_path, base_offset, fs, exists=_listed(txn_path, names))
         if writable:
             # Read now, under the opener: the fsync thread counts the entries (`_sync_txn_index`), and a
             # first, lazy read there would race with an append loading them too. A corrupt file is
@@ -203,10 +210,15 @@ class LogSegment:
         self._max_ts: tuple[int, int] | None = None
         self._rolling_ts: int | None = None
 
-    def _open_index(self, index_type: type[_Index], suffix: str) -> _Index:
+    def _open_index(self, index_type: type[_Index], suffix: str, names: Container[str] | None) -> _Index:
         path = offset_path(self.directory, self.base_offset, suffix)
-        if self.writable or self.fs.exists(path):
-            return index_type(path, self.base_offset, self.max_index_size, writable=self.writable, fs=self.fs)
+        exists = _listed(path, names)
+        if exists is None and not self.writable:
+            exists = self.fs.exists(path)
+        # A read-only segment with nothing to index needs no index, in memory or on disk.
+        if self.writable or exists or not self.size:
+            return index_type(path, self.base_offset, self.max_index_size, writable=self.writable,
+                              exists=exists, fs=self.fs)
         self.indexes_writable = True
         return _memory_index(index_type, self.base_offset, self.max_index_size)
 
@@ -297,6 +309,10 @@ class LogSegment:
         written = 0
         index_state = (self._max_ts, self.bytes_since_last_index_entry)
         try:
+            # An active segment's indexes are made and grown by its first append (Kafka's LazyIndex),
+            # here, where a full disk that refuses them fails this append cleanly.
+            self.offset_index.load()
+            self.time_index.load()
             # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
             fd = self.file.acquire()
             try:
@@ -330,9 +346,11 @@ class LogSegment:
         self._max_ts, self.bytes_since_last_index_entry = index_state
         try:
             if first_last_offset is not None:
-                # The append's entries are the only ones at or above its first batch's last offset.
-                self.offset_index.truncate_to(first_last_offset)
-                self.time_index.truncate_to(first_last_offset)
+                # The append's entries are the only ones at or above its first batch's last offset; an
+                # index it could not map took none (mapping it now would retry what just failed).
+                for index in (self.offset_index, self.time_index):
+                    if index.mapped:
+                        index.truncate_to(first_last_offset)
             self._truncate_file(position)
         except (OSError, StorageError) as exc:
             log.error("%s: cannot cut a failed append back to byte %d: %s", self.log_path, position, exc)
@@ -558,7 +576,13 @@ class LogSegment:
         interval = self.index_interval_bytes
         max_ts: tuple[int, int] = self._max_ts  # type: ignore[assignment]  # set by either branch above
         indexed_ts = max_ts[0]
-        append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
+        if self.size:
+            # Bound once for the loop below; an empty segment's indexes stay unmapped (and uncreated).
+            # Binding maps them, making a file that may be missing: what a full disk may refuse.
+            try:
+                append_offset, append_time = self.offset_index.core.append, self.time_index.core.maybe_append
+            except (OSError, StorageError) as exc:
+                raise _IndexWriteFailed(replayed_to, exc) from exc
         fmt = self.format
         error = None
         # The map outlives the pin: a map holds its file, not the descriptor.
@@ -624,7 +648,7 @@ class LogSegment:
             # Aborted transactions are kept for the batches that stay: rebuilding
             # them needs the producer state replayed through `on_batch`.
             self.txn_index.truncate_to(previous_last + 1)
-        if rebuild:
+        if rebuild and max_ts[0] >= 0:   # without a timestamp there is nothing to add
             try:
                 self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
             except (OSError, StorageError) as exc:
@@ -640,11 +664,13 @@ class LogSegment:
         # the max already; reading it would map a file nothing else reads.
         if self.size and self.writable and self._max_ts is not None:
             self.time_index.maybe_append(*self.max_timestamp_and_offset, final=True)
-        self.offset_index.trim()
-        self.time_index.trim()
+        # A segment with batches keeps both files, as Kafka's do (its loader would call a missing
+        # `.index` an error); an empty one, never appended to, may have none.
+        self.offset_index.trim(create=self.size > 0)
+        self.time_index.trim(create=self.size > 0)
 
     def make_active(self) -> None:
-        """Grow the indexes back to full size so this segment can take appends."""
+        """Let the indexes grow back to full size so this segment can take appends (at their next use)."""
         self.offset_index.make_active()
         self.time_index.make_active()
         self.bytes_since_last_index_entry = self.size - self.offset_index.last_entry()[1] \
@@ -741,6 +767,11 @@ def _append_error(path: str, exc: BaseException, intact: bool, index_space: bool
              else exc if isinstance(exc, OSError) else None)
     what = f"append to {path} failed: {exc}"
     return StorageIOError(what if intact else f"{what}; its bytes could not be cut back", cause, intact=intact)
+
+
+def _listed(path: str, names: Container[str] | None) -> bool | None:
+    """Whether `names`, a listing of the directory of `path`, holds it; None without a listing."""
+    return None if names is None else os.path.basename(path) in names
 
 
 def _in_memory(index: OffsetIndex | TimeIndex) -> bool:

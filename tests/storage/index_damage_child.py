@@ -49,6 +49,7 @@ def fill_the_disk(directory: str) -> None:
 def full_disk_append(directory: str) -> dict[str, object]:
     """Index entries into the preallocated pages of an index on a full disk."""
     index = OffsetIndex(os.path.join(directory, "00000000000000000000.index"), 0, max_index_size=1 << 20)
+    index.load()   # made and preallocated now, as an append makes it, before the disk fills
     fill_the_disk(directory)
     for n in range(1, index.max_entries):
         index.append(n, n * 100)

@@ -103,15 +103,38 @@ def test_a_roll_on_a_full_disk_leaves_a_consistent_log(tmp_path):
     assert info.value.retriable and log.log_end_offset == end
     assert sorted(n for n in os.listdir(path) if n.endswith(".snapshot")) == ["00000000000000000001.snapshot"]
     assert _log_file_size(log) == log.active_segment.size == 0
-    # A new segment that cannot be made is undone: no file of it stays, the old segment takes appends.
     fs.set_free_space(None)
     log.append_records([b"r" * 40], durable=True)
     acked.append(b"r" * 40)
-    segments, files = len(log.segments), sorted(os.listdir(path))
-    fs.fail_write(f"{path}/{log.log_end_offset:020d}.index", op="truncate", error=errno.ENOSPC)
+    # A new segment's index files are made by its first append (Kafka's LazyIndex): when the disk refuses
+    # them, that append is refused and cut back; the roll before it stands, an empty segment that the next
+    # append fills.
+    segments, end = len(log.segments), log.log_end_offset
+    fs.fail_write(f"{path}/{end:020d}.index", op="truncate", error=errno.ENOSPC)
     with pytest.raises(StorageError) as info:
         log.append_records([b"r" * 40], durable=True)
-    assert info.value.retriable
+    assert info.value.retriable and log.log_end_offset == end
+    assert (len(log.segments), log.active_segment.size) == (segments + 1, 0)
+    assert all(os.path.getsize(os.path.join(path, n)) == 0 for n in os.listdir(path)
+               if n.startswith(f"{end:020d}.") and "index" in n)
+    log.append_records([b"r" * 40], durable=True)
+    acked.append(b"r" * 40)
+    assert len(log.segments) == segments + 1
+    # The refused growth was tried again: the index has its room (segment.index.bytes), not none.
+    assert os.path.getsize(os.path.join(path, f"{end:020d}.index")) == 10 * 1024 * 1024
+    # A roll that fails part-way (the old segment's index not trimmed) is undone: no file of the new
+    # segment stays, and the old one takes appends again.
+    fs.fail_write(f"{path}/{log.active_segment.base_offset:020d}.index", op="truncate", error=errno.ENOSPC)
+    for _ in range(10):   # a 200-byte segment rolls within a few appends
+        segments, files = len(log.segments), sorted(os.listdir(path))
+        try:
+            log.append_records([b"r" * 40], durable=True)
+        except StorageError as exc:
+            assert exc.retriable
+            break
+        acked.append(b"r" * 40)
+    else:
+        pytest.fail("no roll met the refused trim")
     assert (len(log.segments), sorted(os.listdir(path))) == (segments, files)
     log.append_records([b"r" * 40], durable=True)
     acked.append(b"r" * 40)
