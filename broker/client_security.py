@@ -1,4 +1,5 @@
-"""How logstore's command-line tools connect to a secured broker: Kafka's client properties (`--command-config`).
+"""How logstore's clients connect to a secured broker: Kafka's client properties (the tools' `--command-config`,
+the Spark sink's `kafka.`-prefixed options).
 
 The file is what Kafka's own tools take: `security.protocol` (PLAINTEXT, SSL,
 SASL_PLAINTEXT, SASL_SSL); for TLS `ssl.truststore.location` (PEM, with
@@ -17,7 +18,7 @@ import hmac
 import secrets
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from logstore.broker.config_sources import ConfigSourceError, read_properties_file
@@ -25,7 +26,7 @@ from logstore.broker.sasl_plain import parse_jaas
 from logstore.broker.scram import SCRAM_MECHANISMS, ScramMechanism, salted_password, sasl_name
 from logstore.errors import InvalidConfigError
 
-__all__ = ["ClientSecurity", "ClientSecurityError", "SaslExchange", "load_client_security"]
+__all__ = ["ClientSecurity", "ClientSecurityError", "SaslExchange", "client_security", "load_client_security"]
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -66,9 +67,16 @@ def load_client_security(path: str | None) -> ClientSecurity:
     if path is None:
         return ClientSecurity()
     try:
-        settings = {entry.name: entry.value for entry in read_properties_file(path) if entry.name in _USED}
+        settings = {entry.name: entry.value for entry in read_properties_file(path)}
     except ConfigSourceError as exc:
         raise ClientSecurityError(str(exc)) from None
+    return client_security(settings, path)
+
+
+def client_security(properties: Mapping[str, str], path: str) -> ClientSecurity:
+    """The connection settings Kafka's client `properties` name (the others are ignored); `path` says where
+    they came from in error lines."""
+    settings = {name: value for name, value in properties.items() if name in _USED}
     protocol = settings.get("security.protocol", "PLAINTEXT").upper()
     if protocol not in PROTOCOLS:
         raise ClientSecurityError(f"{path}: security.protocol={protocol} is not one of {', '.join(PROTOCOLS)}")
@@ -96,16 +104,19 @@ def load_client_security(path: str | None) -> ClientSecurity:
 def _tls_context(settings: dict[str, str], path: str) -> ssl.SSLContext:
     context = ssl.create_default_context()
     truststore = settings.get("ssl.truststore.location", "")
+    keystore = settings.get("ssl.keystore.location", "")
+    setting = "ssl.truststore.location"
     try:
         if truststore:
             _require_pem(settings, "ssl.truststore.type", path)
             context.load_verify_locations(cafile=truststore)
-        keystore = settings.get("ssl.keystore.location", "")
+        setting = "ssl.keystore.location"
         if keystore:
             _require_pem(settings, "ssl.keystore.type", path)
             context.load_cert_chain(keystore, password=settings.get("ssl.key.password") or None)
     except (OSError, ssl.SSLError) as exc:
-        raise ClientSecurityError(f"{path}: {getattr(exc, 'filename', None) or 'TLS files'}: "
+        # ssl names no file in its errors: the setting being loaded does.
+        raise ClientSecurityError(f"{path}: {setting}={settings[setting]}: "
                                   f"{getattr(exc, 'strerror', None) or exc}") from None
     return context
 

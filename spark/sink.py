@@ -57,7 +57,8 @@ def check_mode(overwrite: bool) -> None:
 def make_target(options: SinkOptions) -> SinkTarget:
     """The broker named by kafka.bootstrap.servers, else the log dir at path."""
     if options.bootstrap:
-        return BrokerTarget(options.bootstrap, options.prefix, options.timeout_ms, options.buffer_bytes)
+        return BrokerTarget(options.bootstrap, options.prefix, options.timeout_ms, options.buffer_bytes,
+                            dict(options.security))
     return DirTarget(options.path, options.timeout_ms, options.buffer_bytes)
 
 

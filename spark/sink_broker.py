@@ -27,6 +27,7 @@ import datetime
 import json
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -38,8 +39,9 @@ from kio.schema.produce.v12.request import PartitionProduceData, ProduceRequest,
 from kio.schema.types import TopicName
 from kio.static.primitive import Records, i16, i32, i32Timedelta, i64
 
-from logstore.broker.admin_client import AdminClient, BrokerUnavailableError, error_name
+from logstore.broker.admin_client import AdminClient, AuthenticationError, BrokerUnavailableError, error_name
 from logstore.broker.admin_queries import EARLIEST, LATEST, describe_topics, list_offsets
+from logstore.broker.client_security import ClientSecurity, client_security
 from logstore.broker.txn_wire_producer import (
     PreparedTxnState,
     TxnProducerError,
@@ -101,8 +103,11 @@ class Decision:
 class BrokerTarget:
     """A running broker with `transaction.two.phase.commit.enable=true`; pickled to the tasks."""
 
-    def __init__(self, bootstrap: str, prefix: str, timeout_ms: int, buffer_bytes: int = REQUEST_BYTES):
+    def __init__(self, bootstrap: str, prefix: str, timeout_ms: int, buffer_bytes: int = REQUEST_BYTES,
+                 security: Mapping[str, str] | None = None):
         self.bootstrap = bootstrap
+        self.properties = dict(security or {})
+        """Kafka's client properties for a secured listener (plain strings: the target is pickled)."""
         self.prefix = prefix
         self.timeout_ms = timeout_ms
         self.buffer_bytes = buffer_bytes
@@ -110,8 +115,12 @@ class BrokerTarget:
         self.streams: dict[str, int] = {}
         """Each streaming query of the prefix: its last committed batch (as prepare_job found it)."""
 
+    def security(self) -> ClientSecurity:
+        """How to reach the broker: its TLS context and SASL login, made in the process that connects."""
+        return client_security(self.properties, "kafka. options")
+
     def _client(self) -> AdminClient:
-        return AdminClient(self.bootstrap, client_id="logstore-sink")
+        return AdminClient(self.bootstrap, client_id="logstore-sink", security=self.security())
 
     def prepare_job(self) -> dict[str, int]:
         """Decided jobs finished, undecided ones older than the timeout aborted; every topic's partitions."""
@@ -132,7 +141,7 @@ class BrokerTarget:
                     abort_transaction(client, transactional_id, self.timeout_ms)
                 return {name: len(info.partitions) for name, info in describe_topics(client).items()
                         if not isinstance(info, ErrorCode)}
-        except BrokerUnavailableError as exc:
+        except (BrokerUnavailableError, AuthenticationError) as exc:
             raise OptionError(f"kafka.bootstrap.servers: {exc}") from None
         except TxnProducerError as exc:
             raise OptionError(str(exc)) from None
@@ -217,7 +226,8 @@ class BrokerTask:
         if self.skip or not len(values):
             return
         if self.producer is None:
-            self.producer = TxnWireProducer(self.target.bootstrap, client_id="logstore-sink-task")
+            self.producer = TxnWireProducer(self.target.bootstrap, client_id="logstore-sink-task",
+                                            security=self.target.security())
             # A transaction left open under this id (the same batch before a driver restart) is aborted here.
             self.producer.init(self.transactional_id, self.target.timeout_ms, enable_2pc=True)
         self.partitions.add((topic, partition))

@@ -16,8 +16,14 @@ through (KIP-939 two-phase commit, see sink_broker.py); then
 `logstore-sink-<topic>`, or `logstore-sink` with a topic column), and
 `transaction.timeout.ms` is how long a dead job's prepared transactions are
 left before the next job of the prefix aborts them, and `write.buffer.bytes`
-the input a task gathers into one Produce request (at most 2 MiB). Only PLAINTEXT
-listeners are reached so far (`kafka.security.protocol`).
+the input a task gathers into one Produce request (at most 2 MiB). A secured
+listener takes Kafka's client properties with Spark's `kafka.` prefix, as
+Spark's Kafka sink passes them to its producer: `kafka.security.protocol`
+(PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL), `kafka.ssl.truststore.location`
+(PEM, `kafka.ssl.truststore.type=PEM`), `kafka.ssl.keystore.location`,
+`kafka.sasl.mechanism` (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) and
+`kafka.sasl.jaas.config`; the files they name must be readable where the
+driver and the executors run.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from dataclasses import dataclass
 
 from pyspark.sql.types import ArrayType, BinaryType, DataType, IntegerType, StringType, StructType
 
+from logstore.broker.client_security import ClientSecurityError, client_security
 from logstore.dir_transactions import DEFAULT_TIMEOUT_MS
 from logstore.dir_writer import BUFFER_BYTES
 from logstore.spark.options import OptionError
@@ -49,6 +56,8 @@ class SinkOptions:
     """`kafka.bootstrap.servers`: write through this broker instead of into `path`."""
     prefix: str = ""
     """`transactional.id.prefix` (the broker target's)."""
+    security: tuple[tuple[str, str], ...] = ()
+    """The broker target's Kafka client properties (the `kafka.` options but the bootstrap servers)."""
 
     @property
     def where(self) -> str:
@@ -64,11 +73,14 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
     if bootstrap and path:
         raise OptionError("options 'path' and 'kafka.bootstrap.servers' name two targets: give one (a log dir no "
                           "broker holds, or the broker that holds it)")
+    security: tuple[tuple[str, str], ...] = ()
     if bootstrap:
-        protocol = opts.get("kafka.security.protocol", "PLAINTEXT").upper()
-        if protocol != "PLAINTEXT":
-            raise OptionError(f"kafka.security.protocol={protocol} is not supported yet by the logstore sink "
-                              "(PLAINTEXT listeners only)")
+        security = tuple(sorted((k.removeprefix("kafka."), v) for k, v in opts.items()
+                                if k.startswith("kafka.") and k != "kafka.bootstrap.servers"))
+        try:
+            client_security(dict(security), "kafka. options")   # checked here, on the driver, in one line
+        except ClientSecurityError as exc:
+            raise OptionError(str(exc)) from None
     elif not path:
         raise OptionError("option 'path' (the log dir to write into; or .save(path)) or 'kafka.bootstrap.servers' "
                           "(a broker to write through) is required")
@@ -92,7 +104,7 @@ def parse_sink_options(options: Mapping[str, str], schema: StructType) -> SinkOp
         raise OptionError("topic option required when no 'topic' attribute is present")
     return SinkOptions(path=path, topic=topic, timeout_ms=timeout, buffer_bytes=buffer_bytes, key="key" in types,
                        topic_column="topic" in types, partition_column="partition" in types,
-                       headers="headers" in types, bootstrap=bootstrap, prefix=prefix)
+                       headers="headers" in types, bootstrap=bootstrap, prefix=prefix, security=security)
 
 
 def _positive(opts: Mapping[str, str], name: str, default: int, unit: str) -> int:

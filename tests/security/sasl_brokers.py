@@ -1,7 +1,12 @@
-"""A broker with SASL listeners and users, as the SASL, ACL and tool tests start it."""
+"""Brokers with secured listeners, and one with SASL listeners and users, as the SASL, ACL, tool and Spark sink
+tests start them."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+from broker_process import BrokerProcess, free_port
 
 PASSWORDS = {"alice": "alice-secret", "bob": "bob-secret"}
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -26,3 +31,21 @@ def sasl_broker(start_secure, certs, *extra: str):
         for future in admin.alter_user_scram_credentials(upserts).values():
             future.result(30)
     return broker, ports
+
+
+def secure_factory(tmp_dir: Path, started: list[BrokerProcess]):
+    """`start(listeners, *overrides) -> (BrokerProcess, {listener name: port})`, each broker added to `started`."""
+    def start(listeners: dict[str, str], *overrides: str) -> tuple[BrokerProcess, dict[str, int]]:
+        """A broker whose `listeners` are `{name: security protocol}` in order, each on a free port (the first
+        is the one the ready line names), with `overrides`; returns it and {listener name: port}."""
+        ports = {name: free_port() for name in listeners}
+        data_dir = tmp_dir / f"broker{len(started)}"
+        data_dir.mkdir()
+        first = next(iter(ports.values()))
+        settings = (",".join(f"{name}://127.0.0.1:{port}" for name, port in ports.items()),
+                    ",".join(f"{name}:{protocol}" for name, protocol in listeners.items()))
+        broker = BrokerProcess("127.0.0.1", first, data_dir, (
+            f"listeners={settings[0]}", f"listener.security.protocol.map={settings[1]}", *overrides))
+        started.append(broker)
+        return broker.start(), ports
+    return start

@@ -86,8 +86,13 @@ def test_large_and_unusable_columns():
      "transaction.timeout.ms must be at least 1"),
     ({"path": "/d", "topic": "t", "kafka.bootstrap.servers": "h:9092"}, [("value", StringType())],
      "name two targets"),
-    ({"topic": "t", "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "SSL"},
-     [("value", StringType())], "kafka.security.protocol=SSL is not supported yet"),
+    ({"topic": "t", "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "TLS"},
+     [("value", StringType())], "security.protocol=TLS is not one of PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL"),
+    ({"topic": "t", "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "SASL_SSL",
+      "kafka.sasl.mechanism": "GSSAPI"}, [("value", StringType())], "sasl.mechanism=GSSAPI"),
+    ({"topic": "t", "kafka.bootstrap.servers": "h:9092", "kafka.security.protocol": "SSL",
+      "kafka.ssl.truststore.type": "PEM", "kafka.ssl.truststore.location": "/nonexistent/ca.pem"},
+     [("value", StringType())], "/nonexistent/ca.pem"),
 ])
 def test_option_errors_name_the_problem(options, fields, words):
     schema = StructType([StructField(n, t) for n, t in fields])
