@@ -113,6 +113,7 @@ bench: build bench-tools
 	$(BIN)/python bench/test_produce_check.py .benchmarks/produce_check.json
 	$(BIN)/python bench/c_client.py --data-root /dev/shm
 	$(BIN)/python bench/c_client_curves.py
+	$(BIN)/python bench/c_client_fsync.py
 	$(BIN)/python bench/small_requests.py --data-root /dev/shm --requests 5000
 	$(BIN)/python bench/parked_fetch.py --data-root /dev/shm
 	$(BIN)/python bench/security.py --data-root /dev/shm --count 200000

@@ -9,7 +9,10 @@ the ones that would otherwise need an fsync of their own right after.
 
 Waiting callers either block (`flush`) or hold a future (`durable`), the form
 a server uses so that its request loop never blocks on a disk: a shared pool
-runs one fsync per turn for each partition with waiters.
+runs one fsync per turn for each partition with waiters, unless many
+partitions of one log dir wait at once: then the dir's `DirSyncer`
+(dir_sync.py) claims each one's range and makes them all durable with one
+syncfs of the dir's file system.
 
 A failed fsync takes the partition's whole log dir offline, through the same
 `LogDirState` a failed write reaches (`logstore.log_dir_failures`): after one
@@ -33,10 +36,13 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from .errors import StorageError
 from .log_dir_failures import LogDirState
+
+if TYPE_CHECKING:
+    from .dir_sync import DirSyncer
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,11 @@ def _pool() -> ThreadPoolExecutor:
         if _sync_pool is None:
             _sync_pool = ThreadPoolExecutor(_SYNC_WORKERS, thread_name_prefix="logstore-sync")
         return _sync_pool
+
+
+def sync_pool() -> ThreadPoolExecutor:
+    """The threads that run syncs for waiters (`when_durable`): per partition, or per log dir (dir_sync.py)."""
+    return _pool()
 
 
 # How a waiter hears of its offsets: the recovery point reached, or why it never will be.
@@ -95,9 +106,13 @@ class GroupCommit:
     """The recovery point of one partition and the fsyncs that move it."""
 
     def __init__(self, recovery_point: int, *, end: Callable[[], int], sync: Callable[[int, int], None],
-                 name: str = "", dir_state: LogDirState | None = None):
+                 name: str = "", dir_state: LogDirState | None = None, syncer: DirSyncer | None = None,
+                 covered: Callable[[int, int], None] | None = None):
         self._end = end
         self._sync = sync
+        # The log dir's syncer (dir_sync.py), and what the log does when a file-system sync stands in for `sync`.
+        self._syncer = syncer
+        self._covered = covered
         self._name = name
         self._dir = dir_state if dir_state is not None else LogDirState(os.path.dirname(name) or ".")
         # Reentrant: a truncation lowers the recovery point while holding `idle()`.
@@ -157,21 +172,10 @@ class GroupCommit:
 
     def flush(self, offset: int | None = None) -> None:
         """Make every offset below `offset` (default: all appended) durable, sharing fsyncs."""
-        with self._cond:
-            while True:
-                self.check_healthy()
-                end = self._end()
-                target = end if offset is None else min(offset, end)
-                if self._recovery_point >= target or self._closed:
-                    return
-                if not self._flushing:
-                    self._flushing = True
-                    break
-                self._cond.wait()
-            ticket = self._writes_started
-            while self._writes_done < ticket and not self._urgent:
-                self._cond.wait()
-            start, end = self._recovery_point, self._end()
+        claim = self._lead(offset, block=True)
+        if claim is None:
+            return
+        ticket, start, end = claim
         done = False
         began = time.perf_counter()
         try:
@@ -183,17 +187,42 @@ class GroupCommit:
             # "succeed" without them: the dir goes offline, so nothing claims durability again.
             raise self._dir.fail(f"fsync of {self._name}", exc) from exc
         finally:
-            with self._cond:
-                self._flushing = False
-                if done:
-                    self._writes_synced = max(self._writes_synced, ticket)
-                    self._recovery_point = max(self._recovery_point, end)
-                    self.last_flush = time.monotonic()
-                ready = self._pop_ready()
-                self._cond.notify_all()
-            point = self._recovery_point
-            for settle in ready:
-                settle(point)
+            self._finish(ticket, end, done)
+
+    def _lead(self, offset: int | None, *, block: bool) -> tuple[int, int, int] | None:
+        """Become the one that syncs: (ticket, start, end) once the appends under way are written, or None
+        when nothing below `offset` is left to sync (or, unless `block`, another leader is at it)."""
+        with self._cond:
+            while True:
+                self.check_healthy()
+                end = self._end()
+                target = end if offset is None else min(offset, end)
+                if self._recovery_point >= target or self._closed:
+                    return None
+                if not self._flushing:
+                    self._flushing = True
+                    break
+                if not block:
+                    return None
+                self._cond.wait()
+            ticket = self._writes_started
+            while self._writes_done < ticket and not self._urgent:
+                self._cond.wait()
+            return ticket, self._recovery_point, self._end()
+
+    def _finish(self, ticket: int, end: int, done: bool) -> None:
+        """The leader's sync of everything below `end` is over (`done`: it succeeded); settle who it satisfied."""
+        with self._cond:
+            self._flushing = False
+            if done:
+                self._writes_synced = max(self._writes_synced, ticket)
+                self._recovery_point = max(self._recovery_point, end)
+                self.last_flush = time.monotonic()
+            ready = self._pop_ready()
+            self._cond.notify_all()
+        point = self._recovery_point
+        for settle in ready:
+            settle(point)
 
     def check_healthy(self) -> None:
         """Raise StorageError (LogDirOfflineError) once the log dir is offline: it takes no more writes."""
@@ -232,27 +261,86 @@ class GroupCommit:
         if now is not None:
             settle(now)
         elif start:
-            _pool().submit(self._drive)
+            self._schedule()
+
+    def _schedule(self) -> None:
+        """Queue this partition's next turn: at its log dir's syncer when it has one, else in the pool."""
+        if self._syncer is not None:
+            self._syncer.request(self)
+        else:
+            sync_pool().submit(self._drive)
 
     def _drive(self) -> None:
-        # One fsync per turn, then back in the pool's queue: partitions with waiters take turns.
+        # One fsync per turn, then back in the queue: partitions with waiters take turns.
         try:
             self.flush()
         except BaseException as exc:  # noqa: BLE001 - every waiter must hear of the failure
             log.error("%s: fsync failed: %s", self._name, exc)
-            with self._cond:
-                failed = [w[2] for w in self._waiters]
-                self._waiters.clear()
-                self._driving = False
-            error = exc if isinstance(exc, Exception) else StorageError(str(exc))
-            for settle in failed:
-                settle(error)
+            self._abandon(exc)
             return
+        self._next_turn()
+
+    def _next_turn(self) -> None:
         with self._cond:
             if not self._waiters or self._closed:
                 self._driving = False
                 return
-        _pool().submit(self._drive)
+        self._schedule()
+
+    def _abandon(self, exc: BaseException) -> None:
+        """Fail every waiter with `exc` (a failed sync, an offline dir) and stop driving."""
+        with self._cond:
+            failed = [w[2] for w in self._waiters]
+            self._waiters.clear()
+            self._driving = False
+        error = exc if isinstance(exc, Exception) else StorageError(str(exc))
+        for settle in failed:
+            settle(error)
+
+    # -- a sync shared by the log dir (logstore.dir_sync) -----------------------------------
+
+    def drive_alone(self) -> None:
+        """Run this partition's next turn in the pool with a sync of its own (what a partition of a log dir
+        with few waiting partitions gets)."""
+        sync_pool().submit(self._drive)
+
+    def claim(self) -> tuple[int, int, int] | None:
+        """For the log dir's syncer: lead this partition's next sync, which a sync of the whole file system
+        will do; (ticket, start, end) with `covered(start, end)` done, or None when this turn needs no shared
+        sync (nothing to sync, a sync of its own already running: it is driven as alone, or a failure: its
+        waiters failed)."""
+        try:
+            claim = self._lead(None, block=False)
+        except BaseException as exc:  # noqa: BLE001 - every waiter must hear of the failure
+            self._abandon(exc)
+            return None
+        if claim is None:
+            with self._cond:
+                busy = self._flushing and bool(self._waiters)
+            if busy:
+                self.drive_alone()   # waits for that sync in the pool
+            else:
+                self._next_turn()
+            return None
+        if self._covered is not None:
+            try:
+                self._covered(claim[1], claim[2])
+            except BaseException as exc:  # noqa: BLE001 - as a failed sync: released, waiters told
+                self.settle_claim(claim[0], claim[2], exc)
+                return None
+        return claim
+
+    def settle_claim(self, ticket: int, end: int, error: BaseException | None) -> None:
+        """The shared sync of a claim is over: succeeded (`error` None), or failed and took the dir offline."""
+        self._finish(ticket, end, error is None)
+        if error is not None:
+            self._abandon(error)
+        else:
+            self._next_turn()
+
+    def appends_since_sync(self, ticket: int) -> int:
+        """How many appends a sync claimed with `ticket` covers (for SYNC_STATS)."""
+        return ticket - self._writes_synced
 
     def lower_to(self, offset: int) -> None:
         """After a truncation: nothing at or above `offset` exists any more."""

@@ -13,7 +13,9 @@ remembers what was fsynced and can lose the rest, as a power cut does.
 
 What a caller may rely on, as POSIX gives it: data written is durable only
 after `fsync`/`fdatasync` of its file; a create, rename or unlink only after
-`fsync_dir` of its directory; `rename` replaces its target atomically.
+`fsync_dir` of its directory; `rename` replaces its target atomically;
+`syncfs` makes all of that durable at once for every file and directory of
+the file system holding its path.
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from logstore.native.file_map import FileMap
+from logstore.native.file_map import FileMap, syncfs
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -98,6 +100,9 @@ class FileSystem(Protocol):
 
     def fsync_dir(self, path: str) -> None:
         """Make the creates, renames and unlinks in a directory durable."""
+
+    def syncfs(self, path: str) -> None:
+        """Make everything written, created, renamed or unlinked on the file system holding `path` durable."""
 
     def mtime(self, path: str) -> float:
         """The file's modification time (seconds since the epoch)."""
@@ -198,6 +203,14 @@ class OsFileSystem:
         fd = os.open(path, os.O_RDONLY)
         try:
             os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def syncfs(self, path: str) -> None:
+        """Make everything written, created, renamed or unlinked on the file system holding `path` durable."""
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            syncfs(fd)
         finally:
             os.close(fd)
 

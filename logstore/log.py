@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
+from logstore.dir_sync import dir_syncer
 from logstore.durability import GroupCommit, Settle, roll_flusher
 from logstore.epoch_cache import LeaderEpochCache
 from logstore.errors import InvalidProducerEpochError, OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
@@ -143,7 +144,8 @@ class Log:
         self._log_start_offset = log_start_offset
         self._lock = threading.RLock()
         self._group = GroupCommit(recovery_point, end=lambda: self._next_offset, sync=self._sync,
-                                  name=directory, dir_state=self.dir_state)
+                                  name=directory, dir_state=self.dir_state, syncer=dir_syncer(self.dir_state, fs),
+                                  covered=self._covered_by_dir_sync)
         self._pending_deletes: list[tuple[float, LogSegment]] = []
         # Rolled segments whose indexes and txnindex no fsync has covered yet (see `_sync`).
         self._rolled: list[LogSegment] = []
@@ -541,6 +543,11 @@ class Log:
             # Kafka's LocalLog.flush: a segment rolled since the last flush (or a txnindex an abort
             # created) is durable only once its directory entry is, else a power cut drops the file.
             fsync_dir(self.directory, self.fs)
+
+    def _covered_by_dir_sync(self, start: int, end: int) -> None:
+        # A syncfs of the log dir's file system is about to do all `_sync` would: the rolled segments it
+        # covers whole need no flush of their own (a txnindex it covers may be fsynced once more later).
+        del self._rolled[:]
 
     def flush_if_due(self, now: float | None = None) -> bool:
         """Flush when flush.ms has passed since the last flush and something is unflushed."""

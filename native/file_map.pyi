@@ -1,5 +1,7 @@
-"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor)."""
+"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor; syncfs)."""
 from typing import final
+
+def syncfs(fd: int) -> None: ...
 
 @final
 class FileMap:

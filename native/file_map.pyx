@@ -12,12 +12,28 @@ Reading a page past the end of a file that was cut under the map raises
 SIGBUS; the index searches guard their accesses (`logstore.native.index`).
 Bytes read through the buffer protocol here are not guarded: callers that
 may meet a damaged file read through the index cores.
+
+`syncfs` is here too, as the one other file-system call Python's `os` lacks.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from libc.errno cimport errno
 from posix.mman cimport MADV_RANDOM, MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, madvise, mmap, msync, munmap
 
 import os
+
+
+cdef extern from "<unistd.h>" nogil:
+    int c_syncfs "syncfs"(int fd)
+
+
+def syncfs(int fd):
+    """syncfs(2): write every dirty page and inode of the file system holding `fd` and commit its journal;
+    OSError when that fails (since Linux 5.8 it reports writeback errors met since the descriptor opened)."""
+    cdef int rc
+    with nogil:
+        rc = c_syncfs(fd)
+    if rc != 0:
+        raise OSError(errno, os.strerror(errno))
 
 
 cdef class FileMap:

@@ -9,7 +9,10 @@ renames and unlinks not made durable by an fsync of their directory are
 undone too. `durable_metadata=True` is the other legal outcome of a cut on a
 journaling file system: every name change survived, but only synced data.
 
-Every fsync, fdatasync, directory fsync and rename is a *boundary*, numbered
+`syncfs(path)` is syncfs(2): every tracked file and directory on the file
+system (device) holding `path` is synced at once, content and names.
+
+Every fsync, fdatasync, directory fsync, syncfs and rename is a *boundary*, numbered
 from 1 in `boundaries`. A rule can fail a chosen boundary (OSError, EIO or
 ENOSPC) or cut the power there: the operation does not happen (`after`: it
 does, and the power goes right after), the file system goes dead (every later
@@ -58,7 +61,7 @@ class Boundary:
     """One fsync, fdatasync, directory fsync or rename, numbered from 1 in the order it happened."""
 
     number: int
-    op: str   # "fsync" (fdatasync too), "fsync_dir" or "rename"
+    op: str   # "fsync" (fdatasync too), "fsync_dir", "syncfs" or "rename"
     path: str
     dst: str | None = None
     synced_from: int = 0   # an fsync: the bytes it makes durable are [synced_from, synced_to)
@@ -544,6 +547,28 @@ class FaultFileSystem(OsFileSystem):
             if self._real_syncs:
                 super().fsync_dir(path)
             self._dirs[path] = _entries(path)
+            if power_goes:
+                self._power_off()
+
+    def syncfs(self, path: str) -> None:
+        """syncfs(2), a boundary: every tracked file and directory on `path`'s device is what a crash keeps."""
+        with self._lock:
+            path = os.path.abspath(path)
+            power_goes = self._boundary("syncfs", path)
+            if self._real_syncs:
+                super().syncfs(path)
+            device = os.stat(path).st_dev
+            for f in self._files.values():
+                if f.key[0] != device or not os.path.lexists(f.path) or _key(os.lstat(f.path)) != f.key:
+                    continue   # unlinked (its name's removal is synced below with its directory)
+                with open(f.path, "rb") as src:
+                    f.synced = os.fstat(src.fileno()).st_size
+                    # A mapped file's disk content is what the map holds now (others need no image), kept
+                    # without its zero tail: a restore pads the image with zeros to the synced length.
+                    f.image = src.read().rstrip(b"\0") if f.mapped else None
+            for directory in self._dirs:
+                if os.path.isdir(directory) and os.stat(directory).st_dev == device:
+                    self._dirs[directory] = _entries(directory)
             if power_goes:
                 self._power_off()
 
