@@ -299,6 +299,10 @@ class GroupCommit:
 
     # -- a sync shared by the log dir (logstore.dir_sync) -----------------------------------
 
+    def drive_here(self) -> None:
+        """Run this partition's next turn, a sync of its own, in the calling thread (a pool thread)."""
+        self._drive()
+
     def drive_alone(self) -> None:
         """Run this partition's next turn in the pool with a sync of its own (what a partition of a log dir
         with few waiting partitions gets)."""
