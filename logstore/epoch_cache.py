@@ -14,6 +14,7 @@ from logstore.checkpoints import (
 )
 from logstore.filesystem import OS, FileSystem
 
+INITIAL_LEADER_EPOCH = 0   # the epoch a store's appends carry (a single node never changes leader)
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -59,11 +60,18 @@ class LeaderEpochCache:
         kept = [(e, o) for e, o in self._entries if e < epoch and o < start_offset]
         self._replace(kept + [(epoch, start_offset)])
 
-    def truncate_from_end(self, end_offset: int) -> None:
-        """Forget epochs starting at or after `end_offset`, the new log end offset."""
+    def truncate_from_end(self, end_offset: int, *, lead: int | None = None) -> None:
+        """Forget epochs starting at or after `end_offset`, the new log end offset.
+
+        With `lead`, a cache left empty then holds that epoch from `end_offset`, as Kafka's leader assigns
+        its epoch on taking the partition after its loader truncated (`makeLeader`): one write at most, none
+        when that is what the file already holds (a new partition's `0 0`, which its creation wrote)."""
         if end_offset < 0:
             raise ValueError(f"invalid end offset {end_offset}")
-        self._replace([(e, o) for e, o in self._entries if o < end_offset])
+        entries = [(e, o) for e, o in self._entries if o < end_offset]
+        if lead is not None and not entries:
+            entries = [(lead, end_offset)]
+        self._replace(entries)
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Forget offsets below `start_offset`, the new log start offset."""

@@ -38,7 +38,7 @@ from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
 from logstore.dir_sync import dir_syncer
 from logstore.durability import GroupCommit, Settle, roll_flusher
-from logstore.epoch_cache import LeaderEpochCache
+from logstore.epoch_cache import INITIAL_LEADER_EPOCH, LeaderEpochCache
 from logstore.errors import InvalidProducerEpochError, OffsetOutOfRangeError, RecordBatchTooLargeError, StorageError
 from logstore.filenames import DELETED_SUFFIX, SEGMENT_SUFFIXES, SWAP_SUFFIX, offset_path, parse_partition_dir
 from logstore.filesystem import OS, FileSystem
@@ -154,7 +154,7 @@ class Log:
         self.on_truncated: Callable[[Log], None] | None = None
         self._closed = False
         self.epoch_cache = epoch_cache or LeaderEpochCache(os.path.join(directory, LEADER_EPOCH_CHECKPOINT), fs=fs)
-        self._trim_epochs(end=log_end_offset, start=log_start_offset)
+        self._trim_epochs(end=log_end_offset, start=log_start_offset, lead=True)
         self.producers = producers or ProducerStateManager(directory, fs=fs)
         self.producers.map_end_offset = log_end_offset
 
@@ -847,17 +847,19 @@ class Log:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    def _trim_epochs(self, *, end: int | None = None, start: int | None = None, clear: bool = False) -> None:
+    def _trim_epochs(self, *, end: int | None = None, start: int | None = None, clear: bool = False,
+                     lead: bool = False) -> None:
         """Drop leader epochs at or past the log end, below the log start, or all; kept in memory only when
         the checkpoint cannot be written (a full disk must not stop retention or an open): the file then
-        holds extra entries, which the next open drops again."""
+        holds extra entries, which the next open drops again. `lead`: an open, after which this store leads
+        the partition (see `LeaderEpochCache.truncate_from_end`)."""
         cache = self.epoch_cache
 
         def trim() -> None:
             if clear:
                 cache.clear()
             if end is not None:
-                cache.truncate_from_end(end)
+                cache.truncate_from_end(end, lead=INITIAL_LEADER_EPOCH if lead else None)
             if start is not None:
                 cache.truncate_from_start(start)
         try:

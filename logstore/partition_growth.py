@@ -1,10 +1,11 @@
 """New partition directories, for a topic created or grown, and the topic ids a crash kept them from.
 
 The directories are made in partition order; then each one's
-`partition.metadata` is written and made durable, side by side in threads
-(each needs two fsyncs, and the file system commits concurrent fsyncs
-together: a thousand partitions take well under a second instead of
-seconds), then each log opened (an empty segment, whose index files wait for
+`partition.metadata` and `leader-epoch-checkpoint` (epoch 0 from offset 0,
+as Kafka's leader writes it on taking the partition) are written and made
+durable, side by side in threads (each file needs two fsyncs, and the file
+system commits concurrent fsyncs together: a thousand partitions take well
+under a second instead of seconds), then each log opened (an empty segment, whose index files wait for
 its first append, and an empty producer state), and one fsync of each log dir
 makes their names durable together. A failure part-way removes every
 directory made (`remove_partitions`), so nothing half-made stays visible
@@ -25,7 +26,13 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from logstore.checkpoints import PARTITION_METADATA, write_partition_metadata
+from logstore.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    write_leader_epoch_checkpoint,
+    write_partition_metadata,
+)
+from logstore.epoch_cache import INITIAL_LEADER_EPOCH
 from logstore.errors import StorageError, StorageIOError
 from logstore.filenames import partition_dir_name
 from logstore.filesystem import FileSystem
@@ -58,8 +65,7 @@ def make_partitions(fs: FileSystem, name: str, partitions: Iterable[int], topic_
             path = os.path.join(pick_dir(placed), partition_dir_name(name, partition))
             fs.makedirs(path)
             placed[(name, partition)] = path
-        _each(lambda path: write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, fs),
-              list(placed.values()))
+        _each(lambda path: _write_new_partition_files(fs, path, topic_id), list(placed.values()))
         for key, path in placed.items():
             opened[key] = open_log(path)
         # The new names are durable before the topic is: a power cut cannot take them back.
@@ -72,6 +78,13 @@ def make_partitions(fs: FileSystem, name: str, partitions: Iterable[int], topic_
                                  "what was made is removed", exc, intact=True) from exc
         raise
     return opened
+
+
+def _write_new_partition_files(fs: FileSystem, path: str, topic_id: bytes) -> None:
+    # Kafka's new leader records where its epoch starts at once (Partition.makeLeader): the partition's
+    # first append, on the broker's event loop, then finds it there and writes no checkpoint (two fsyncs).
+    write_leader_epoch_checkpoint(os.path.join(path, LEADER_EPOCH_CHECKPOINT), [(INITIAL_LEADER_EPOCH, 0)], fs)
+    write_partition_metadata(os.path.join(path, PARTITION_METADATA), topic_id, fs)
 
 
 def _each(work: Callable[[str], object], paths: list[str]) -> None:

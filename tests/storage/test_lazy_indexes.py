@@ -79,10 +79,11 @@ def test_a_clean_restart_lists_each_partition_once_and_opens_no_index_file(tmp_p
     with logstore.open(d, start_scheduler=False, fs=fs) as store:
         directories = [store.log("t", p).directory for p in range(20)]
         assert all(fs.calls.count(("listdir", directory)) == 1 for directory in directories)
-        # Past its listing, a partition's open touches its `.log`, its producer snapshot and (once per topic)
-        # its `partition.metadata`: nothing asked of a file the listing did not show.
+        # Past its listing, a partition's open touches its `.log`, its producer snapshot, the leader-epoch
+        # checkpoint its creation wrote and (once per topic) its `partition.metadata`: nothing asked of a
+        # file the listing did not show.
         touched = {os.path.basename(path) for _, path in fs.calls if os.path.dirname(path) in directories}
-        assert touched == {f"{0:020d}.log", f"{0:020d}.snapshot", "partition.metadata"}
+        assert touched == {f"{0:020d}.log", f"{0:020d}.snapshot", "leader-epoch-checkpoint", "partition.metadata"}
     assert not any(_index_files(directory) for directory in directories)
 
 
@@ -173,3 +174,22 @@ def test_a_cut_between_creation_and_the_first_appends_leaves_partitions_that_tak
     total = _sweep(tmp_path, _prepare, _create_and_append, _read, (0, ()), (PARTITIONS, (1,) * PARTITIONS),
                    midway=_acked_in_order)
     assert total > PARTITIONS * 3
+
+
+def test_a_new_partition_holds_kafkas_epoch_checkpoint_and_its_first_append_rewrites_nothing(tmp_path):
+    """Kafka's leader writes `0 0` on taking a new partition (the real-kafka fixtures' empty partitions hold it);
+    written at creation, it costs the first append, on the broker's event loop, no checkpoint write."""
+    d = str(tmp_path / "store")
+    fs = _Counting()
+    with logstore.open(d, start_scheduler=False, fs=fs) as store:
+        store.create_topic("t", 3)
+        directories = [store.log("t", p).directory for p in range(3)]
+        for directory in directories:
+            with open(os.path.join(directory, "leader-epoch-checkpoint")) as checkpoint:
+                assert checkpoint.read() == "0\n1\n0 0\n"
+        before = len(fs.calls)
+        for p in range(3):
+            store.log("t", p).append_records([b"first"])
+        opened = {os.path.basename(path) for op, path in fs.calls[before:] if op == "open"}
+        assert not any(name.startswith("leader-epoch-checkpoint") for name in opened), opened
+        assert all(store.log("t", p).epoch_cache.entries == [(0, 0)] for p in range(3))
