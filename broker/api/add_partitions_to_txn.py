@@ -29,14 +29,15 @@ from collections.abc import Iterable
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import (
+    DENIED,
     AclOperation,
     ResourceType,
     Shape,
-    coordinate,
+    authorized,
     denied,
     distinct_partitions,
-    each_partition,
 )
+from logstore.broker.api.txn_calls import durably
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import UnknownTopicOrPartitionError
 
@@ -51,22 +52,23 @@ async def _errors(request: Request, transactional_id: str, producer_id: int, pro
                   topics: Iterable[KioMessage], verify_only: bool = False) -> Errors:
     """Each partition's error (none when all were added, or are in the transaction for `verify_only`)."""
     refused = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    checked = each_partition(request, topics, lambda topic, index, asked: None, operation=AclOperation.WRITE,
-                             shape=SHAPE, error=refused)
-    errors = {(r.topic, r.index): r.error for _, rows in checked for r in rows}
-    if any(errors.values()):
-        if refused:
-            return errors
+    asked_partitions = distinct_partitions(topics, SHAPE)
+    if refused:
+        return {(name, index): refused for name, rows in asked_partitions for index, _ in rows}
+    allowed = authorized(request, AclOperation.WRITE, ResourceType.TOPIC, [name for name, _ in asked_partitions])
+    errors = {(name, index): ErrorCode.none if name in allowed else DENIED[ResourceType.TOPIC]
+              for name, rows in asked_partitions for index, _ in rows}
+    if len(allowed) < len(asked_partitions):
         return {tp: error or ErrorCode.operation_not_attempted for tp, error in errors.items()}
     asked = list(errors)
     if verify_only:
-        verified = await coordinate(request, request.broker.transactions.verify_partitions, transactional_id,
-                                    producer_id, producer_epoch, asked)
+        verified = await durably(request, request.broker.transactions.verify_partitions, transactional_id,
+                                 producer_id, producer_epoch, asked)
         if not verified.ok:
             return dict.fromkeys(asked, verified.error)
         return {tp: ErrorCode(code) for tp, code in verified.result.items()}
-    outcome = await coordinate(request, request.broker.transactions.add_partitions, transactional_id,
-                               producer_id, producer_epoch, asked)
+    outcome = await durably(request, request.broker.transactions.add_partitions_durably, transactional_id,
+                            producer_id, producer_epoch, asked)
     if isinstance(outcome.exc, UnknownTopicOrPartitionError):
         unknown = set(getattr(outcome.exc, "partitions", asked))
         return {tp: ErrorCode.unknown_topic_or_partition if tp in unknown else ErrorCode.operation_not_attempted

@@ -23,7 +23,8 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka.
 from __future__ import annotations
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
+from logstore.broker.api.kit import AclOperation, ResourceType, denied
+from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.txn_metadata import TV_0, TV_2
 from logstore.broker.protocol import ZERO_MS
 
@@ -39,8 +40,9 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     error = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
     if not error:
         client_version = TV_2 if request.version >= EPOCH_BUMP_FROM else TV_0
-        outcome = await coordinate(request, request.broker.transactions.end_transaction, body.transactional_id,
-                                   body.producer_id, body.producer_epoch, body.committed, client_version)
+        outcome = await durably(request, request.broker.transactions.end_transaction_durably,
+                                body.transactional_id, body.producer_id, body.producer_epoch, body.committed,
+                                client_version)
         error = outcome.error
         if outcome.ok:
             pid, epoch = outcome.result

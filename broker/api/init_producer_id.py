@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, authorized_any, coordinate, denied
+from logstore.broker.api.txn_calls import durably
 from logstore.broker.protocol import ZERO_MS, ErrorCode
 
 KEY = 22
@@ -64,9 +65,13 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
                      else ErrorCode.transactional_id_authorization_failed)
         if not error:
             timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
-            outcome = await coordinate(request, broker.transactions.init_two_phase, body.transactional_id,
-                                       timeout_ms, getattr(body, "producer_id", -1),
-                                       getattr(body, "producer_epoch", -1), enable_2pc, keep)
+            args = (body.transactional_id, timeout_ms, getattr(body, "producer_id", -1),
+                    getattr(body, "producer_epoch", -1), enable_2pc, keep)
+            transactions = broker.transactions
+            # The first one creates `__transaction_state` (a partition's files and fsyncs each): in the pool.
+            outcome = (await durably(request, transactions.init_two_phase_durably, *args)
+                       if transactions.state_topic_exists
+                       else await coordinate(request, transactions.init_two_phase, *args))
             error = outcome.error
             if outcome.ok:
                 pid, epoch, ongoing_pid, ongoing_epoch = outcome.result

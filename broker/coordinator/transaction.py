@@ -19,21 +19,25 @@ transaction does not meet CONCURRENT_TRANSACTIONS.
 The parts, each given what it uses: `InternalTopics` (internal_topics.py,
 creation and partitioning), `TxnStateStore` (txn_state_store.py, the ids in
 memory and their records), `TxnMarkerWriter` and `TxnCompleter`
-(txn_markers.py), `TxnTimeouts` (txn_timeouts.py). This façade keeps the
-client APIs' transitions. The locks and who takes them in which order are
-in docs/threads-and-locks.md.
+(txn_markers.py), `TxnTimeouts` (txn_timeouts.py), InitProducerId's
+transition (txn_init.py). This façade keeps the client APIs' transitions.
+The locks and who takes them in which order are in docs/threads-and-locks.md.
 
 The coordinator never touches a socket. Its methods block (on fsyncs) and
-are safe to call from several threads; the broker runs them in a pool.
-Errors are `LogStoreError`s carrying Kafka's codes.
+are safe to call from several threads. AddPartitionsToTxn and EndTxn also
+come in steps (`*_durably`, txn_steps.py) that return where they would wait
+for an fsync, so the broker runs them on its event loop and awaits the
+fsyncs there, holding no thread; the blocking methods are those steps run
+in the calling thread. Errors are `LogStoreError`s carrying Kafka's codes.
 """
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Never
 
 from logstore.broker.coordinator.internal_topics import (
     INTERNAL_TOPICS,
@@ -43,13 +47,13 @@ from logstore.broker.coordinator.internal_topics import (
     ShareStateTopicConfig,
 )
 from logstore.broker.coordinator.txn_config import TxnConfig
+from logstore.broker.coordinator.txn_init import init_transit
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_markers import TxnCompleter, TxnMarkerWriter
 from logstore.broker.coordinator.txn_metadata import (
     COORDINATOR_EPOCH,
     ENDED,
     EPOCH_EXHAUSTED,
-    FENCE_BUMP,
     MAX_EPOCH,
     PREPARED,
     TV_0,
@@ -59,6 +63,7 @@ from logstore.broker.coordinator.txn_metadata import (
     completed,
 )
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
+from logstore.broker.coordinator.txn_steps import Step, after, run_blocking
 from logstore.broker.coordinator.txn_timeouts import TxnTimeouts
 from logstore.errors import (
     ConcurrentTransactionsError,
@@ -117,6 +122,12 @@ class TransactionCoordinator:
     @on_offsets_marker.setter
     def on_offsets_marker(self, callback: Callable[[int, int, bool], None]) -> None:
         self._markers.on_offsets_marker = callback
+
+    @property
+    def lock(self) -> threading.Lock:
+        """The lock every decision takes, held only briefly and never across a write or an fsync: a caller
+        that finds it free may run a `*_durably` call on its event loop."""
+        return self._state.lock
 
     @property
     def highest_loaded_producer_id(self) -> int:
@@ -180,6 +191,14 @@ class TransactionCoordinator:
         as the ongoing ones, so the new instance can end it with EndTxn. The
         ongoing id and epoch are -1 when nothing was kept.
         """
+        return run_blocking(self.init_two_phase_durably(transactional_id, timeout_ms, producer_id, producer_epoch,
+                                                        enable_2pc, keep_prepared))
+
+    def init_two_phase_durably(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
+                               producer_epoch: int = -1, enable_2pc: bool = False,
+                               keep_prepared: bool = False) -> Step[tuple[int, int, int, int]]:
+        """`init_two_phase` in steps (txn_steps.py); the first creates `__transaction_state` if it is missing
+        (`state_topic_exists`), which blocks on many fsyncs."""
         _check_id(transactional_id)
         if enable_2pc:
             timeout_ms = TWO_PHASE_TIMEOUT_MS
@@ -199,58 +218,20 @@ class TransactionCoordinator:
                                    last_update_ms=now)
                 self._state.add(meta)
             ongoing = (meta.producer_id, meta.producer_epoch)
-            transit = self._init_transit(meta, timeout_ms, expected, now, keep_prepared)
+            transit = init_transit(meta, timeout_ms, expected, now, self._allocate, keep_prepared)
             meta.pending = transit.state
         if transit.state == TxnState.PREPARE_EPOCH_FENCE:
-            self._completer.fence_and_abort(meta, transit)
-            raise ConcurrentTransactionsError(
-                f"transactional id {transactional_id!r}: its open transaction was aborted to fence the "
-                "previous producer; retry")
-        self._state.persist(meta, transit)
+            return after(self._completer.fence_and_abort_durably(meta, transit),
+                         lambda _: _retry_after_fence(transactional_id))
         if transit.state != TxnState.ONGOING:
             ongoing = (-1, -1)
-        return transit.producer_id, transit.producer_epoch, ongoing[0], ongoing[1]
+        answer = transit.producer_id, transit.producer_epoch, ongoing[0], ongoing[1]
+        return after(self._state.persist_durably(meta, transit), lambda _: answer)
 
-    def _init_transit(self, meta: TxnMetadata, timeout_ms: int, expected: tuple[int, int] | None,
-                      now: int, keep_prepared: bool = False) -> TxnMetadata:
-        if meta.pending is not None:
-            raise ConcurrentTransactionsError(f"transactional id {meta.transactional_id!r} is changing state")
-        if expected is not None and not (
-                meta.producer_epoch == -1 or expected[0] == meta.producer_id
-                or (expected[0] == meta.previous_producer_id and expected[1] >= EPOCH_EXHAUSTED)):
-            raise ProducerFencedError(f"producer {expected[0]} no longer holds {meta.transactional_id!r}")
-        if meta.state in PREPARED:
-            raise ConcurrentTransactionsError(f"transactional id {meta.transactional_id!r} is ending a transaction")
-        if meta.state == TxnState.ONGOING and keep_prepared:
-            if not meta.two_phase:
-                raise InvalidTxnStateError(f"the open transaction of {meta.transactional_id!r} is not a "
-                                           "two-phase-commit one: it cannot be kept")
-            # KIP-939: the transaction stays open for this instance to end; the bump fences the one that wrote it.
-            return meta.transit(producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
-                                last_producer_epoch=meta.producer_epoch, last_update_ms=now)
-        if meta.state == TxnState.ONGOING:
-            # The bumped epoch goes into the abort's markers, which fences the old producer
-            # in every partition; the caller's retry bumps once more.
-            return meta.transit(state=TxnState.PREPARE_EPOCH_FENCE,
-                                producer_epoch=min(meta.producer_epoch + 1, MAX_EPOCH),
-                                last_producer_epoch=FENCE_BUMP)
-        if meta.state not in ENDED:
-            raise AssertionError(f"transactional id {meta.transactional_id!r} is {meta.state.kafka_name}")
-        fresh = dict(state=TxnState.EMPTY, timeout_ms=timeout_ms, partitions=frozenset(), start_ms=-1,
-                     last_update_ms=now)
-        if meta.producer_epoch >= EPOCH_EXHAUSTED and (expected is None or expected[1] == meta.producer_epoch):
-            return meta.transit(producer_id=self._allocate(), producer_epoch=0,
-                                previous_producer_id=meta.producer_id,
-                                last_producer_epoch=meta.producer_epoch if expected else -1, **fresh)
-        bumped = meta.producer_epoch + 1
-        if expected is None:
-            return meta.transit(producer_epoch=bumped, last_producer_epoch=-1, **fresh)
-        if meta.producer_epoch == -1 or expected[1] == meta.producer_epoch:
-            return meta.transit(producer_epoch=bumped, last_producer_epoch=meta.producer_epoch, **fresh)
-        if expected[1] == meta.last_producer_epoch:
-            # A retry of a bump that succeeded: answer it again, unchanged.
-            return meta.transit(**fresh)
-        raise ProducerFencedError(f"epoch {expected[1]} of producer {expected[0]} has been fenced")
+    @property
+    def state_topic_exists(self) -> bool:
+        """Whether `__transaction_state` exists (else the next InitProducerId creates it)."""
+        return TXN_STATE_TOPIC in self.store.topics()
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                        partitions: Iterable[tuple[str, int]], client_version: int = TV_0) -> None:
@@ -259,6 +240,12 @@ class TransactionCoordinator:
         `client_version` TV_2 is the implicit add of a Produce v12+ or a
         TxnOffsetCommit v5+: the transaction then ends with an epoch bump.
         """
+        run_blocking(self.add_partitions_durably(transactional_id, producer_id, producer_epoch, partitions,
+                                                 client_version))
+
+    def add_partitions_durably(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                               partitions: Iterable[tuple[str, int]], client_version: int = TV_0) -> Step[None]:
+        """`add_partitions` in steps (txn_steps.py): decided and appended now, done once durable."""
         _check_id(transactional_id)
         partitions = frozenset(partitions)
         count = self.store.partition_count
@@ -274,7 +261,7 @@ class TransactionCoordinator:
                 raise ConcurrentTransactionsError(f"transactional id {transactional_id!r} is ending a transaction")
             if meta.state == TxnState.ONGOING:
                 if partitions <= meta.partitions:
-                    return
+                    return None
                 transit = meta.transit(partitions=meta.partitions | partitions, last_update_ms=now,
                                        client_version=client_version)
             elif meta.state in ENDED:
@@ -283,7 +270,7 @@ class TransactionCoordinator:
             else:
                 raise AssertionError(f"transactional id {transactional_id!r} is {meta.state.kafka_name}")
             meta.pending = transit.state
-        self._state.persist(meta, transit)
+        return self._state.persist_durably(meta, transit)
 
     def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                           partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], int]:
@@ -323,6 +310,13 @@ class TransactionCoordinator:
         id and epoch the producer goes on with (a new id at epoch 0 once the
         epoch is exhausted); with TV_0 it is (-1, -1), as Kafka answers.
         """
+        return run_blocking(self.end_transaction_durably(transactional_id, producer_id, producer_epoch, commit,
+                                                         client_version))
+
+    def end_transaction_durably(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool,
+                                client_version: int = TV_0) -> Step[tuple[int, int]]:
+        """`end_transaction` in steps (txn_steps.py): the decision appended now, the markers once it is
+        durable, the answer once they are."""
         _check_id(transactional_id)
         if client_version >= TV_2:
             return self._end_transaction_v2(transactional_id, producer_id, producer_epoch, commit)
@@ -342,12 +336,18 @@ class TransactionCoordinator:
             else:
                 raise InvalidTxnStateError(f"transactional id {transactional_id!r} cannot "
                                            f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
-        self._state.persist(meta, transit, then=completed(wanted))
-        self._completer.complete(meta, claimed=True)
-        return -1, -1
+        return self._ended(meta, transit, wanted, (-1, -1))
+
+    def _ended(self, meta: TxnMetadata, transit: TxnMetadata, wanted: TxnState,
+               answer: tuple[int, int]) -> Step[tuple[int, int]]:
+        """The decision `transit` persisted, then its markers and Complete state; `answer` once done (markers
+        that cannot be written yet leave the Prepare state to `complete_prepared`: the decision stands)."""
+        decided = self._state.persist_durably(meta, transit, then=completed(wanted))
+        return after(after(decided, lambda _: self._completer.complete_durably(meta, claimed=True)),
+                     lambda _: answer)
 
     def _end_transaction_v2(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                            commit: bool) -> tuple[int, int]:
+                            commit: bool) -> Step[tuple[int, int]]:
         """EndTxn under TV_2 (Kafka's endTransaction for clients that bump the epoch per transaction).
 
         A retry is told apart by its epoch, one below the bumped one (or the
@@ -396,9 +396,7 @@ class TransactionCoordinator:
                 raise InvalidTxnStateError(f"transactional id {transactional_id!r} cannot "
                                            f"{'commit' if commit else 'abort'} in state {state.kafka_name}")
             meta.pending = wanted
-        self._state.persist(meta, transit, then=completed(wanted))
-        self._completer.complete(meta, claimed=True)
-        return _continued(transit)
+        return self._ended(meta, transit, wanted, _continued(transit))
 
     def _bumped(self, meta: TxnMetadata, wanted: TxnState, now: int, empty: bool) -> TxnMetadata:
         """The Prepare state of a TV_2 end: the epoch one higher (the markers carry it), and a next
@@ -477,6 +475,11 @@ def _continued(prepared: TxnMetadata) -> tuple[int, int]:
     if prepared.next_producer_id >= 0:
         return prepared.next_producer_id, 0
     return prepared.producer_id, prepared.producer_epoch
+
+
+def _retry_after_fence(transactional_id: str) -> Never:
+    raise ConcurrentTransactionsError(f"transactional id {transactional_id!r}: its open transaction was aborted "
+                                      "to fence the previous producer; retry")
 
 
 def _check_id(transactional_id: str | None) -> None:

@@ -11,6 +11,7 @@ partitions array is null in state Empty.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass, field
 
@@ -21,6 +22,12 @@ KEY_VERSION = 0
 VALUE_VERSION = 1
 _I64 = struct.Struct(">q")
 _I16 = struct.Struct(">h")
+# A value's fixed head (version, ProducerId, ProducerEpoch, TransactionTimeoutMs, TransactionStatus) and
+# its two times (TransactionLastUpdateTimestampMs, TransactionStartTimestampMs).
+_HEAD = struct.Struct(">hqhib")
+_TIMES = struct.Struct(">qq")
+# A null array, plain (v0) and compact (v1): the partitions of an Empty state.
+_NULL_ARRAY = {False: b"\xff\xff\xff\xff", True: b"\0"}
 
 
 class TxnState(enum.IntEnum):
@@ -84,32 +91,37 @@ def decode_key(data: bytes) -> str:
 def encode_value(value: TxnLogValue, version: int = VALUE_VERSION) -> bytes:
     """TransactionLogValue at `version`: 1 (flexible, Kafka with transaction.version 1+) or 0."""
     flexible = version >= 1
-    w = Writer().int(2, version)
-    w.int(8, value.producer_id).int(2, value.producer_epoch).int(4, value.timeout_ms).int(1, int(value.state))
-    if value.state == TxnState.EMPTY:
-        w.array_header(flexible, None)
-    else:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(value.partitions):
-            by_topic.setdefault(topic, []).append(partition)
-        w.array_header(flexible, len(by_topic))
-        for topic, partitions in by_topic.items():
-            w.string(flexible, topic).array_header(flexible, len(partitions))
-            for p in partitions:
-                w.int(4, p)
-            if flexible:
-                w.tagged_fields()
-    w.int(8, value.last_update_ms).int(8, value.start_ms)
-    if flexible:
-        # Kafka's generated writers leave out a tagged field that holds its default.
-        tags = {}
-        if value.previous_producer_id != -1:
-            tags[0] = _I64.pack(value.previous_producer_id)
-        if value.next_producer_id != -1:
-            tags[1] = _I64.pack(value.next_producer_id)
-        if value.client_transaction_version != 0:
-            tags[2] = _I16.pack(value.client_transaction_version)
-        w.tagged_fields(tags)
+    head = _HEAD.pack(version, value.producer_id, value.producer_epoch, value.timeout_ms, int(value.state))
+    partitions = (_NULL_ARRAY[flexible] if value.state == TxnState.EMPTY
+                  else _partitions_section(value.partitions, flexible))
+    times = _TIMES.pack(value.last_update_ms, value.start_ms)
+    if not flexible:
+        return b"".join((head, partitions, times))
+    # Kafka's generated writers leave out a tagged field that holds its default.
+    tags = {}
+    if value.previous_producer_id != -1:
+        tags[0] = _I64.pack(value.previous_producer_id)
+    if value.next_producer_id != -1:
+        tags[1] = _I64.pack(value.next_producer_id)
+    if value.client_transaction_version != 0:
+        tags[2] = _I16.pack(value.client_transaction_version)
+    return b"".join((head, partitions, times, Writer().tagged_fields(tags).getvalue() if tags else b"\0"))
+
+
+@functools.lru_cache(maxsize=4096)
+def _partitions_section(partitions: frozenset[tuple[str, int]], flexible: bool) -> bytes:
+    """The TransactionPartitions array of a value: an Ongoing and a Prepare record of one transaction carry
+    the same set, and a producer's next transaction often the same again."""
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    w = Writer().array_header(flexible, len(by_topic))
+    for topic, ids in by_topic.items():
+        w.string(flexible, topic).array_header(flexible, len(ids))
+        for p in ids:
+            w.int(4, p)
+        if flexible:
+            w.tagged_fields()
     return w.getvalue()
 
 

@@ -9,17 +9,25 @@ it was decided.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import TYPE_CHECKING
 
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
 from logstore.broker.coordinator.txn_log import TxnState
 from logstore.broker.coordinator.txn_metadata import COORDINATOR_EPOCH, PREPARED, TxnMetadata, completed
 from logstore.broker.coordinator.txn_state_store import TxnStateStore
-from logstore.errors import LogStoreError, UnknownTopicOrPartitionError
+from logstore.broker.coordinator.txn_steps import (
+    Durably,
+    Outcomes,
+    Step,
+    Waits,
+    after,
+    catching,
+    first_error,
+    run_blocking,
+)
+from logstore.errors import LogStoreError, StorageError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
     from logstore.log import Log
@@ -45,7 +53,13 @@ class TxnMarkerWriter:
 
     def write(self, meta: TxnMetadata, commit: bool) -> None:
         """A marker in every partition of `meta`'s transaction (a deleted one is skipped); raises LogStoreError."""
-        waits: list[Future[int]] = []
+        run_blocking(self.write_durably(meta, commit))
+
+    def write_durably(self, meta: TxnMetadata, commit: bool) -> Step[None]:
+        """`write` in steps: the markers appended now, the transaction's offsets applied and readers told
+        once they are durable. Raises LogStoreError (an append failed) or, when resumed, the first marker
+        fsync that failed or was not over in time."""
+        waits: Waits = []
         try:
             for topic, partition in sorted(meta.partitions):
                 try:
@@ -57,15 +71,32 @@ class TxnMarkerWriter:
                 result = target.write_txn_marker(meta.producer_id, meta.producer_epoch, COORDINATOR_EPOCH,
                                                  commit=commit, transaction_version=meta.client_version)
                 if self._fsync:
-                    waits.append(target.durable(result.last_offset + 1))
-            for wait in waits:
-                wait.result()
+                    waits.append((target, result.last_offset + 1))
+        except BaseException:
+            self._told(meta)
+            raise
+        if not waits:
+            self._written(meta, commit, [])
+            return None
+        return Durably(waits, lambda outcomes: self._written(meta, commit, outcomes))
+
+    def _written(self, meta: TxnMetadata, commit: bool, outcomes: Outcomes) -> None:
+        try:
+            error = first_error(outcomes)
+            if error is not None:
+                if isinstance(error, LogStoreError):
+                    raise error
+                raise StorageError(f"transaction markers not durable: {error}") from error
             for topic, partition in sorted(meta.partitions):
                 if topic == OFFSETS_TOPIC:
                     self.on_offsets_marker(partition, meta.producer_id, commit)
         finally:
-            if waits or meta.partitions:
-                self._on_markers(sorted(meta.partitions))
+            self._told(meta)
+
+    def _told(self, meta: TxnMetadata) -> None:
+        """Wake the readers of the transaction's partitions (its markers moved their last stable offset)."""
+        if meta.partitions:
+            self._on_markers(sorted(meta.partitions))
 
 
 def _already_ended(target: Log, meta: TxnMetadata) -> bool:
@@ -96,11 +127,15 @@ class TxnCompleter:
 
     def fence_and_abort(self, meta: TxnMetadata, fence: TxnMetadata) -> None:
         """Abort an open transaction with the bumped epoch of `fence` (its state is `meta.pending`)."""
+        run_blocking(self.fence_and_abort_durably(meta, fence))
+
+    def fence_and_abort_durably(self, meta: TxnMetadata, fence: TxnMetadata) -> Step[bool]:
+        """`fence_and_abort` in steps: the PrepareAbort appended now, its markers once it is durable."""
         transit = fence.transit(state=TxnState.PREPARE_ABORT, last_update_ms=self._clock())
         with self._state.lock:
             meta.pending = TxnState.PREPARE_ABORT
-        self._state.persist(meta, transit, then=TxnState.COMPLETE_ABORT)
-        self.complete(meta, claimed=True)
+        return after(self._state.persist_durably(meta, transit, then=TxnState.COMPLETE_ABORT),
+                     lambda _: self.complete_durably(meta, claimed=True))
 
     def complete(self, meta: TxnMetadata, claimed: bool = False) -> bool:
         """Write the markers of a prepared transaction, then its Complete state; False if not done now.
@@ -110,24 +145,35 @@ class TxnCompleter:
         `complete_prepared` to retry: the decision is on disk already, so the
         caller has nothing to undo.
         """
+        return run_blocking(self.complete_durably(meta, claimed))
+
+    def complete_durably(self, meta: TxnMetadata, claimed: bool = False) -> Step[bool]:
+        """`complete` in steps: the markers appended now, the Complete state once they are durable."""
         with self._state.lock:
             if meta.state not in PREPARED or meta.pending is not (completed(meta.state) if claimed else None):
                 return False
             commit = meta.state == TxnState.PREPARE_COMMIT
             done = completed(meta.state)
             meta.pending = done
-            current = dataclasses.replace(meta)
+            current = meta.copy()
         try:
-            self._markers.write(current, commit)
-            # Not fsynced: lost, it is redone from the Prepare state; the id's next transition is fsynced after it.
-            self._state.persist(meta, _completion(current, done, self._clock()), durable=False)
-            return True
+            step = after(self._markers.write_durably(current, commit),
+                         lambda _: self._markers_durable(meta, current, done))
         except LogStoreError as exc:
-            with self._state.lock:
-                meta.pending = None
-            log.warning("transactional id %r stays %s until its markers can be written: %s",
-                        meta.transactional_id, meta.state.kafka_name, exc)
-            return False
+            return self._not_completed(meta, exc)
+        return catching(step, LogStoreError, lambda exc: self._not_completed(meta, exc))
+
+    def _markers_durable(self, meta: TxnMetadata, current: TxnMetadata, done: TxnState) -> bool:
+        # Not fsynced: lost, it is redone from the Prepare state; the id's next transition is fsynced after it.
+        self._state.persist(meta, _completion(current, done, self._clock()), durable=False)
+        return True
+
+    def _not_completed(self, meta: TxnMetadata, exc: LogStoreError) -> bool:
+        with self._state.lock:
+            meta.pending = None
+        log.warning("transactional id %r stays %s until its markers can be written: %s",
+                    meta.transactional_id, meta.state.kafka_name, exc)
+        return False
 
     def complete_prepared(self) -> list[str]:
         """Finish every transaction decided but not completed (after a start, or a failed marker write)."""

@@ -50,7 +50,24 @@ class TxnMetadata:
 
     def transit(self, **changes: Any) -> TxnMetadata:
         """The metadata after a transition (not yet persisted)."""
-        return dataclasses.replace(self, pending=None, **changes)
+        if not changes.keys() <= _FIELD_NAMES:
+            raise TypeError(f"TxnMetadata has no fields {sorted(changes.keys() - _FIELD_NAMES)}")
+        # A copy of the fields' values, not `dataclasses.replace` (which calls __init__ with every field
+        # by name): a small transaction makes three of these.
+        new = object.__new__(TxnMetadata)
+        new.__dict__.update(self.__dict__, pending=None, **changes)
+        return new
+
+    def copy(self) -> TxnMetadata:
+        """A copy (pending state included)."""
+        new = object.__new__(TxnMetadata)
+        new.__dict__.update(self.__dict__)
+        return new
+
+    def take(self, transit: TxnMetadata, pending: TxnState | None) -> None:
+        """Become `transit` (persisted), with `pending` as the pending state."""
+        self.__dict__.update(transit.__dict__)
+        self.pending = pending
 
     def log_value(self) -> TxnLogValue:
         """The record that persists this metadata."""
@@ -74,6 +91,9 @@ class TxnMetadata:
     def epoch_bumping(self) -> bool:
         """Whether the last transition came from a TV_2 client: its transaction ends with an epoch bump."""
         return self.client_version >= TV_2
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(TxnMetadata))
 
 
 def completed(prepared: TxnState) -> TxnState:

@@ -8,9 +8,8 @@ no lock is held across a write.
 """
 from __future__ import annotations
 
-import dataclasses
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Never
 
 from logstore.broker.coordinator.internal_topics import TXN_STATE_TOPIC, InternalTopics
 from logstore.broker.coordinator.txn_log import (
@@ -22,6 +21,7 @@ from logstore.broker.coordinator.txn_log import (
     encode_value,
 )
 from logstore.broker.coordinator.txn_metadata import TxnMetadata
+from logstore.broker.coordinator.txn_steps import Durably, Outcomes, Step, Waits, first_error, run_blocking
 from logstore.errors import CoordinatorNotAvailableError, CorruptRecordError, LogStoreError, StorageError
 
 if TYPE_CHECKING:
@@ -44,6 +44,9 @@ class TxnStateStore:
         self.by_producer: dict[int, str] = {}
         # The highest producer id any loaded record names (current, previous or next): none may be handed out again.
         self.highest_loaded_producer_id = -1
+        # Each id's partition of `__transaction_state` and record key, once written (without the lock: a
+        # dict's item assignment is atomic, and two threads could only store the same pair).
+        self._keys: dict[str, tuple[int, bytes]] = {}
 
     def load(self) -> int:
         """Rebuild every transactional id from `__transaction_state`; how many there are.
@@ -76,10 +79,26 @@ class TxnStateStore:
 
     def write(self, transactional_id: str, value: TxnLogValue | None, durable: bool = True) -> None:
         """Append the id's record (None: a tombstone), waiting for its fsync if `durable` (outside the lock)."""
-        partition = self._store.log(TXN_STATE_TOPIC, self._topics.state_partition(transactional_id))
+        waits = self.append(transactional_id, value)
+        if durable:
+            for partition, end in waits:
+                partition.flush(end)
+
+    def append(self, transactional_id: str, value: TxnLogValue | None) -> Waits:
+        """Append the id's record (None: a tombstone) without waiting: the (log, end) its fsync is waited on
+        at (none when the coordinator does not fsync)."""
+        known = self._keys.get(transactional_id)
+        if known is None:
+            # The id's partition never moves (the topic's partition count is fixed as created), nor its
+            # key: hashing and encoding the id for each record was a good part of a small transaction's work.
+            known = self._keys[transactional_id] = (self._topics.state_partition(transactional_id),
+                                                    encode_key(transactional_id))
+        index, key = known
+        partition = self._store.log(TXN_STATE_TOPIC, index)
         value_bytes = None if value is None else encode_value(value)
-        batch = partition.format.encode_batch([encode_key(transactional_id)], [value_bytes])
-        partition.append(bytearray(batch), client=False, durable=durable and self._fsync)
+        batch = partition.format.encode_batch([key], [value_bytes])
+        result = partition.append(bytearray(batch), client=False)
+        return [(partition, result.last_offset + 1)] if self._fsync else []
 
     def persist(self, meta: TxnMetadata, transit: TxnMetadata, durable: bool = True,
                 then: TxnState | None = None) -> None:
@@ -88,20 +107,40 @@ class TxnStateStore:
         `then` becomes the pending state in the same step, so the caller keeps
         the id for its next write (no other thread can claim it in between).
         """
+        run_blocking(self.persist_durably(meta, transit, durable, then))
+
+    def persist_durably(self, meta: TxnMetadata, transit: TxnMetadata, durable: bool = True,
+                        then: TxnState | None = None) -> Step[None]:
+        """`persist` in steps: the record appended now, made current once its fsync is over (not waited
+        for unless `durable`). A failed append or fsync (or one past the caller's wait) releases the id
+        unchanged and raises CoordinatorNotAvailableError, as Kafka answers."""
         try:
-            self.write(meta.transactional_id, transit.log_value(), durable)
+            waits = self.append(meta.transactional_id, transit.log_value())
         except LogStoreError as exc:
-            with self.lock:
-                meta.pending = None
-            raise CoordinatorNotAvailableError(
-                f"transactional id {meta.transactional_id!r}: {TXN_STATE_TOPIC} not written: {exc}") from exc
+            self._failed(meta, exc)
+        if not durable or not waits:
+            self._make_current(meta, transit, then)
+            return None
+        return Durably(waits, lambda outcomes: self._settle(meta, transit, then, outcomes))
+
+    def _settle(self, meta: TxnMetadata, transit: TxnMetadata, then: TxnState | None, outcomes: Outcomes) -> None:
+        error = first_error(outcomes)
+        if error is not None:
+            self._failed(meta, error)
+        self._make_current(meta, transit, then)
+
+    def _failed(self, meta: TxnMetadata, error: BaseException) -> Never:
+        with self.lock:
+            meta.pending = None
+        raise CoordinatorNotAvailableError(
+            f"transactional id {meta.transactional_id!r}: {TXN_STATE_TOPIC} not written: {error}") from error
+
+    def _make_current(self, meta: TxnMetadata, transit: TxnMetadata, then: TxnState | None) -> None:
         with self.lock:
             if transit.producer_id != meta.producer_id:
                 self.by_producer.pop(meta.producer_id, None)
             self.by_producer[transit.producer_id] = meta.transactional_id
-            for f in dataclasses.fields(TxnMetadata):
-                setattr(meta, f.name, getattr(transit, f.name))
-            meta.pending = then
+            meta.take(transit, then)
 
     def add(self, meta: TxnMetadata) -> None:
         """A new transactional id (under the lock)."""
@@ -112,3 +151,4 @@ class TxnStateStore:
         """The id expired (under the lock)."""
         self.txns.pop(meta.transactional_id, None)
         self.by_producer.pop(meta.producer_id, None)
+        self._keys.pop(meta.transactional_id, None)
