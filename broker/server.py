@@ -142,10 +142,20 @@ class Broker:
             await self.fetch_waiters.wait(partitions, timeout, gone)
 
     def _appended_elsewhere(self, partitions: Iterable[TopicPartition] | None = None) -> None:
-        # Called from a coordinator thread (markers written): read_committed fetches may pass the new LSO.
+        # Markers written (read_committed fetches may pass the new LSO), by a coordinator thread or, for a
+        # transaction step run on the loop, by the loop itself: then without a wake-up of the loop.
         loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(self.notify_appended, None if partitions is None else list(partitions))
+        if loop is None or loop.is_closed():
+            return
+        wanted = None if partitions is None else list(partitions)
+        try:
+            here = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            here = False
+        if here:
+            loop.call_soon(self.notify_appended, wanted)
+        else:
+            loop.call_soon_threadsafe(self.notify_appended, wanted)
 
     async def coordinate(self, call: Callable[..., _T], *args: Any) -> _T:
         """Run a (blocking) coordinator call in the coordinator pool."""
