@@ -76,13 +76,13 @@ from logstore.broker.api.kit import (
     ResourceType,
     Shape,
     attempt,
-    coordinate,
     denied,
     each_partition,
     failure,
     refuse,
     topic_rows,
 )
+from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.coordinator.txn_metadata import TV_2
 from logstore.broker.durable_waits import NotDurableInTime
@@ -251,8 +251,8 @@ async def _join_transactions(request: Request, transactional_id: str,
                 by_producer.setdefault((batch.producer_id, batch.producer_epoch), []).append((row.topic, row.index))
     refused: Refused = {}
     for (producer_id, producer_epoch), partitions in by_producer.items():
-        added = await coordinate(request, request.broker.transactions.add_partitions, transactional_id,
-                                 producer_id, producer_epoch, partitions, TV_2)
+        added = await durably(request, request.broker.transactions.add_partitions_durably, transactional_id,
+                              producer_id, producer_epoch, partitions, TV_2)
         if not added.ok:
             error = ErrorCode.invalid_producer_epoch if added.error == ErrorCode.producer_fenced else added.error
             refused.update(dict.fromkeys(partitions, Outcome(None, error, added.message, added.exc)))
