@@ -25,12 +25,14 @@ OPERATION_NOT_ATTEMPTED, and nothing is added.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
+from functools import cache
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
 from logstore.broker.api.kit import (
     DENIED,
     AclOperation,
+    AskedPartitions,
     ResourceType,
     Shape,
     authorized,
@@ -49,10 +51,9 @@ Errors = dict[tuple[str, int], ErrorCode]
 
 
 async def _errors(request: Request, transactional_id: str, producer_id: int, producer_epoch: int,
-                  topics: Iterable[KioMessage], verify_only: bool = False) -> Errors:
+                  asked_partitions: AskedPartitions, verify_only: bool = False) -> Errors:
     """Each partition's error (none when all were added, or are in the transaction for `verify_only`)."""
     refused = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
-    asked_partitions = distinct_partitions(topics, SHAPE)
     if refused:
         return {(name, index): refused for name, rows in asked_partitions for index, _ in rows}
     allowed = authorized(request, AclOperation.WRITE, ResourceType.TOPIC, [name for name, _ in asked_partitions])
@@ -76,12 +77,24 @@ async def _errors(request: Request, transactional_id: str, producer_id: int, pro
     return dict.fromkeys(asked, outcome.error)
 
 
-def _topic_results(version: int, topics: Iterable[KioMessage], errors: Errors) -> tuple[KioMessage, ...]:
-    partition_cls = response_type(KEY, version, "AddPartitionsToTxnPartitionResult")
-    topic_cls = response_type(KEY, version, "AddPartitionsToTxnTopicResult")
-    return tuple(build(topic_cls, name=name, results_by_partition=tuple(
-        build(partition_cls, partition_index=p, partition_error_code=errors.get((name, p), ErrorCode.none))
-        for p, _ in rows)) for name, rows in distinct_partitions(topics, SHAPE))
+@cache
+def _response(version: int) -> Callable[..., ResponsePayload]:
+    return response_type(KEY, version)
+
+
+@cache
+def _result_classes(version: int) -> tuple[type[KioMessage], type[KioMessage]]:
+    return (response_type(KEY, version, "AddPartitionsToTxnTopicResult"),
+            response_type(KEY, version, "AddPartitionsToTxnPartitionResult"))
+
+
+def _topic_results(version: int, asked_partitions: AskedPartitions, errors: Errors) -> tuple[KioMessage, ...]:
+    # The classes made directly, not through `build`: every transaction of a producer answers one of these.
+    topic_cls, partition_cls = _result_classes(version)
+    none = ErrorCode.none
+    return tuple(topic_cls(name=name, results_by_partition=tuple(
+        partition_cls(partition_index=p, partition_error_code=errors.get((name, p), none)) for p, _ in rows))
+        for name, rows in asked_partitions)
 
 
 @api(KEY, 0, 5)
@@ -89,18 +102,20 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Add every partition asked, or none (v4+: per transaction, or verify them)."""
     version = request.version
     if version < BATCHED_FROM:
+        asked = distinct_partitions(body.v3_and_below_topics, SHAPE)
         errors = await _errors(request, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
-                               body.v3_and_below_producer_epoch, body.v3_and_below_topics)
-        return build(response_type(KEY, version), throttle_time=ZERO_MS,
-                     results_by_topic_v3_and_below=_topic_results(version, body.v3_and_below_topics, errors))
+                               body.v3_and_below_producer_epoch, asked)
+        return _response(version)(throttle_time=ZERO_MS,
+                                  results_by_topic_v3_and_below=_topic_results(version, asked, errors))
     result_cls = response_type(KEY, version, "AddPartitionsToTxnResult")
     refused = denied(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
     results = []
     if not refused:
         for txn in body.transactions:
-            errors = await _errors(request, txn.transactional_id, txn.producer_id, txn.producer_epoch, txn.topics,
+            asked = distinct_partitions(txn.topics, SHAPE)
+            errors = await _errors(request, txn.transactional_id, txn.producer_id, txn.producer_epoch, asked,
                                    verify_only=txn.verify_only)
             results.append(build(result_cls, transactional_id=txn.transactional_id,
-                                 topic_results=_topic_results(version, txn.topics, errors)))
+                                 topic_results=_topic_results(version, asked, errors)))
     return build(response_type(KEY, version), throttle_time=ZERO_MS, error_code=refused,
                  results_by_transaction=tuple(results))

@@ -22,7 +22,10 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka.
 """
 from __future__ import annotations
 
-from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
+from collections.abc import Callable
+from functools import cache
+
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, response_type
 from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.txn_metadata import TV_0, TV_2
@@ -46,5 +49,12 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
         error = outcome.error
         if outcome.ok:
             pid, epoch = outcome.result
-    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error, producer_id=pid,
-                 producer_epoch=epoch)
+    # The class made directly, not through `build`: every transaction ends with one of these.
+    if request.version < EPOCH_BUMP_FROM:
+        return _response(request.version)(throttle_time=ZERO_MS, error_code=error)
+    return _response(request.version)(throttle_time=ZERO_MS, error_code=error, producer_id=pid, producer_epoch=epoch)
+
+
+@cache
+def _response(version: int) -> Callable[..., ResponsePayload]:
+    return response_type(KEY, version)

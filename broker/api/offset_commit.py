@@ -17,18 +17,27 @@ TOPIC_AUTHORIZATION_FAILED on its partitions.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import cache
 
-from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.group_calls import known_partitions, millis, partition_codes
-from logstore.broker.api.kit import AclOperation, ResourceType, coordinate_soon, denied, error_code
+from logstore.broker.api import KioMessage, Request, ResponsePayload, api, response_type
+from logstore.broker.api.group_calls import TopicPartition, millis
+from logstore.broker.api.kit import DENIED, AclOperation, ResourceType, authorized, coordinate_soon, denied, error_code
+from logstore.broker.coordinator.group_offsets import OffsetCommit
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-from logstore.broker.protocol import ZERO_MS
+from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.errors import CoordinatorNotAvailableError
 
 KEY = 8
 DEFAULT_RETENTION = -1
 # Kafka's offsets.commit.timeout.ms default: how long a commit waits to be durable.
 COMMIT_TIMEOUT_S = 5.0
+# The first version whose answer has throttle_time_ms.
+THROTTLE_FROM = 3
+
+# Each (topic, partition) asked once, as Kafka's maps of the request keep them: topics and partitions in
+# the order first asked, each with the entry asked last (kit.distinct_partitions' rule).
+Asked = dict[str, dict[int, KioMessage]]
 
 
 @api(KEY, 2, 9)
@@ -36,8 +45,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     """Commit every partition asked that exists."""
     groups = request.broker.groups
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
-    offsets, codes = known_partitions(request, body.topics, lambda p: (
-        p.committed_offset, getattr(p, "committed_leader_epoch", -1), p.committed_metadata), error=refused)
+    asked, offsets, codes = _checked(request, body.topics, refused)
     retention = getattr(body, "retention_time", DEFAULT_RETENTION)
     retention_ms = millis(retention) if retention is not None else DEFAULT_RETENTION
     expire = int(time.time() * 1000) + retention_ms if retention_ms != DEFAULT_RETENTION else -1
@@ -51,11 +59,61 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
             codes.update(dict.fromkeys(offsets, outcome.error))
         else:
             errors, appended = outcome.result
-            codes.update({tp: error_code(request, error) for tp, error in errors.items()})
+            for tp, error in errors.items():
+                codes[tp] = ErrorCode.none if error is None else error_code(request, error)
             failed = [e for e in await request.broker.until_durable(appended, COMMIT_TIMEOUT_S) if e is not None]
             if failed:
                 # Kafka answers a commit that timed out or failed to append COORDINATOR_NOT_AVAILABLE.
                 code = error_code(request, CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {failed[0]}"))
                 codes.update({tp: code for tp, error in errors.items() if error is None})
-    topics = partition_codes(KEY, request.version, "OffsetCommitResponse", body.topics, codes)
-    return build(response_type(KEY, request.version), throttle_time=ZERO_MS, topics=topics)
+    return _answer(request.version, asked, codes)
+
+
+def _checked(request: Request, topics: tuple[KioMessage, ...], refused: ErrorCode
+             ) -> tuple[Asked, dict[TopicPartition, OffsetCommit], dict[TopicPartition, ErrorCode]]:
+    """The partitions asked, those the coordinator commits (→ offset, leader epoch, metadata) and the codes
+    of the others, as Kafka checks before the coordinator (group_calls.known_partitions' rules, in one pass
+    over the request's few partitions): `refused` on all, TOPIC_AUTHORIZATION_FAILED for a topic the
+    principal may not READ, UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
+    asked: Asked = {}
+    for topic in topics:
+        rows = asked.setdefault(topic.name, {})
+        for partition in topic.partitions:
+            # Assigning an existing key keeps its place: a repeat moves nothing, its entry wins.
+            rows[partition.partition_index] = partition
+    allowed = authorized(request, AclOperation.READ, ResourceType.TOPIC, list(asked))
+    count_of = request.broker.store.partition_count   # not topics(): a copy of every topic's count
+    offsets: dict[TopicPartition, OffsetCommit] = {}
+    codes: dict[TopicPartition, ErrorCode] = {}
+    for name, rows in asked.items():
+        code = refused or (ErrorCode.none if name in allowed else DENIED[ResourceType.TOPIC])
+        count = count_of(name)
+        for index, partition in rows.items():
+            if code:
+                codes[(name, index)] = code
+            elif not 0 <= index < count:
+                codes[(name, index)] = ErrorCode.unknown_topic_or_partition
+            else:
+                offsets[(name, index)] = (partition.committed_offset,
+                                          getattr(partition, "committed_leader_epoch", -1),
+                                          partition.committed_metadata)
+    return asked, offsets, codes
+
+
+@cache
+def _classes(version: int) -> tuple[Callable[..., ResponsePayload], type[KioMessage], type[KioMessage]]:
+    return (response_type(KEY, version), response_type(KEY, version, "OffsetCommitResponseTopic"),
+            response_type(KEY, version, "OffsetCommitResponsePartition"))
+
+
+def _answer(version: int, asked: Asked, codes: dict[TopicPartition, ErrorCode]) -> ResponsePayload:
+    """The answer's topics → partitions with an error code each, in the request's order (the classes made
+    directly: `build`'s pass over the fields of every version cost more than the rest of the answer)."""
+    response_cls, topic_cls, partition_cls = _classes(version)
+    none = ErrorCode.none
+    topics = tuple(topic_cls(name=name, partitions=tuple(
+        partition_cls(partition_index=index, error_code=codes.get((name, index), none)) for index in rows))
+        for name, rows in asked.items())
+    if version < THROTTLE_FROM:
+        return response_cls(topics=topics)
+    return response_cls(throttle_time=ZERO_MS, topics=topics)

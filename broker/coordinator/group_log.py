@@ -33,6 +33,7 @@ ones leave them whatever they do not read themselves.
 """
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
@@ -40,8 +41,8 @@ from logstore.errors import CorruptRecordError
 from logstore.native.offset_replay import OffsetReplay, group_metadata, plain_run
 
 __all__ = ["GroupKey", "GroupValue", "MemberValue", "OffsetKey", "OffsetReplay", "OffsetValue", "decode_group_value",
-           "decode_key", "decode_offset_value", "encode_group_key", "encode_group_value", "encode_offset_key",
-           "encode_offset_value", "plain_run"]
+           "decode_key", "decode_offset_value", "encode_group_key", "encode_group_value", "encode_offset_fields",
+           "encode_offset_key", "encode_offset_value", "plain_run"]
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -50,6 +51,14 @@ OFFSET_VALUE_VERSION_WITH_EXPIRE = 1
 GROUP_VALUE_VERSION = 3
 _VALUE_VERSIONS = range(0, 5)
 _FIRST_FLEXIBLE = 4
+# The fixed parts of the offset records (big-endian, as every Kafka message schema).
+_VERSION_AND_LENGTH = struct.Struct(">hh")     # version, the group's length
+_LENGTH = struct.Struct(">h")
+_PARTITION = struct.Struct(">i")
+_V3_HEAD = struct.Struct(">hqih")              # version, offset, leader epoch, the metadata's length
+_V1_HEAD = struct.Struct(">hqh")               # version, offset, the metadata's length
+_V1_TAIL = struct.Struct(">qq")                # commit timestamp, expire timestamp
+_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass(frozen=True)
@@ -126,8 +135,11 @@ def decode_key(data: bytes) -> OffsetKey | GroupKey | None:
 
 def encode_offset_key(group: str, topic: str, partition: int) -> bytes:
     """OffsetCommitKey v1."""
-    return (Writer().int(2, OFFSET_KEY_VERSION).string(False, group).string(False, topic).int(4, partition)
-            .getvalue())
+    # Fixed structs around the two strings: every OffsetCommit encodes one key per partition, and the
+    # general Writer cost as much again (tests/broker/test_group_log.py holds the two to the same bytes).
+    g, t = group.encode("utf-8"), topic.encode("utf-8")
+    return b"".join((_VERSION_AND_LENGTH.pack(OFFSET_KEY_VERSION, len(g)), g, _LENGTH.pack(len(t)), t,
+                     _PARTITION.pack(partition)))
 
 
 def encode_group_key(group: str) -> bytes:
@@ -137,13 +149,20 @@ def encode_group_key(group: str) -> bytes:
 
 def encode_offset_value(value: OffsetValue) -> bytes:
     """OffsetCommitValue v3, or v1 when `expire_timestamp` >= 0 (Kafka's rule; v1 has no leader epoch)."""
-    if value.expire_timestamp >= 0:
-        w = Writer().int(2, OFFSET_VALUE_VERSION_WITH_EXPIRE).int(8, value.offset)
-        w.string(False, value.metadata).int(8, value.commit_timestamp).int(8, value.expire_timestamp)
-    else:
-        w = Writer().int(2, OFFSET_VALUE_VERSION).int(8, value.offset).int(4, value.leader_epoch)
-        w.string(False, value.metadata).int(8, value.commit_timestamp)
-    return w.getvalue()
+    return encode_offset_fields(value.offset, value.leader_epoch, value.metadata, value.commit_timestamp,
+                                value.expire_timestamp)
+
+
+def encode_offset_fields(offset: int, leader_epoch: int, metadata: str | None, commit_timestamp: int,
+                         expire_timestamp: int) -> bytes:
+    """`encode_offset_value` of the fields themselves (an OffsetCommit's path makes no OffsetValue)."""
+    data = b"" if metadata is None else metadata.encode("utf-8")
+    length = -1 if metadata is None else len(data)
+    if expire_timestamp >= 0:
+        return b"".join((_V1_HEAD.pack(OFFSET_VALUE_VERSION_WITH_EXPIRE, offset, length), data,
+                         _V1_TAIL.pack(commit_timestamp, expire_timestamp)))
+    return b"".join((_V3_HEAD.pack(OFFSET_VALUE_VERSION, offset, leader_epoch, length), data,
+                     _TIMESTAMP.pack(commit_timestamp)))
 
 
 def decode_offset_value(data: bytes) -> OffsetValue:

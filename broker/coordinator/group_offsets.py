@@ -25,7 +25,7 @@ from logstore.broker.coordinator.classic_groups import current_member
 from logstore.broker.coordinator.consumer_groups import ConsumerGroupManager
 from logstore.broker.coordinator.group_config import GroupConfig
 from logstore.broker.coordinator.group_context import Effects, GroupContext
-from logstore.broker.coordinator.group_log import OffsetValue, encode_group_key, encode_offset_key, encode_offset_value
+from logstore.broker.coordinator.group_log import encode_group_key, encode_offset_fields, encode_offset_key
 from logstore.broker.coordinator.group_state import CONSUMER_PROTOCOL, CommittedOffset, Group, GroupState
 from logstore.broker.coordinator.group_store import GroupStore, keep_newer
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
@@ -110,19 +110,20 @@ class OffsetManager:
         """The records of a commit, and an error for each partition refused."""
         errors: dict[TopicPartition, LogStoreError | None] = {}
         accepted: list[tuple[TopicPartition, CommittedOffset]] = []
+        keys: list[bytes] = []
+        values: list[bytes | None] = []
         limit = self._config.offset_metadata_max_bytes
         for tp, (offset, leader_epoch, metadata) in offsets.items():
             metadata = metadata or ""
-            if len(metadata.encode("utf-8")) > limit:
+            # At most 4 UTF-8 bytes a character: short metadata is within the limit without encoding it here.
+            if len(metadata) * 4 > limit and len(metadata.encode("utf-8")) > limit:
                 errors[tp] = OffsetMetadataTooLargeError(
                     f"{tp[0]}-{tp[1]}: metadata longer than {limit} bytes (offset.metadata.max.bytes)")
                 continue
             errors[tp] = None
             accepted.append((tp, CommittedOffset(offset, leader_epoch, metadata, now, expire_timestamp)))
-        keys = [encode_offset_key(group_id, tp[0], tp[1]) for tp, _ in accepted]
-        values: list[bytes | None] = [encode_offset_value(OffsetValue(c.offset, c.leader_epoch, c.metadata,
-                                                                      c.commit_timestamp, c.expire_timestamp))
-                                      for _, c in accepted]
+            keys.append(encode_offset_key(group_id, tp[0], tp[1]))
+            values.append(encode_offset_fields(offset, leader_epoch, metadata, now, expire_timestamp))
         return accepted, keys, values, errors
 
     def commit_offsets(self, group_id: str, member_id: str, group_instance_id: str | None, generation_id: int,

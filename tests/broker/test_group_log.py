@@ -2,12 +2,16 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from logstore.broker.coordinator.group_log import (
+    OFFSET_KEY_VERSION,
+    OFFSET_VALUE_VERSION,
+    OFFSET_VALUE_VERSION_WITH_EXPIRE,
     GroupKey,
     GroupValue,
     MemberValue,
@@ -21,6 +25,7 @@ from logstore.broker.coordinator.group_log import (
     encode_offset_key,
     encode_offset_value,
 )
+from logstore.broker.coordinator.records import Writer
 from logstore.errors import CorruptRecordError
 from spec_vectors import VECTORS_DIR as VECTORS
 
@@ -199,6 +204,42 @@ def test_group_values_round_trip(value):
 def test_keys_round_trip(group, topic, partition):
     assert decode_key(encode_offset_key(group, topic, partition)) == OffsetKey(group, topic, partition)
     assert decode_key(encode_group_key(group)) == GroupKey(group)
+
+
+def _general_offset_key(group: str, topic: str, partition: int) -> bytes:
+    """OffsetCommitKey v1 through the general Writer, the oracle of the fixed-struct encoder."""
+    return Writer().int(2, OFFSET_KEY_VERSION).string(False, group).string(False, topic).int(4, partition).getvalue()
+
+
+def _general_offset_value(value: OffsetValue) -> bytes:
+    """OffsetCommitValue v1/v3 through the general Writer, the oracle of the fixed-struct encoder."""
+    if value.expire_timestamp >= 0:
+        w = Writer().int(2, OFFSET_VALUE_VERSION_WITH_EXPIRE).int(8, value.offset)
+        w.string(False, value.metadata).int(8, value.commit_timestamp).int(8, value.expire_timestamp)
+    else:
+        w = Writer().int(2, OFFSET_VALUE_VERSION).int(8, value.offset).int(4, value.leader_epoch)
+        w.string(False, value.metadata).int(8, value.commit_timestamp)
+    return w.getvalue()
+
+
+@given(st.text(max_size=300), st.text(max_size=300), i32)
+def test_the_fixed_struct_offset_key_is_the_general_encoders_bytes(group, topic, partition):
+    assert encode_offset_key(group, topic, partition) == _general_offset_key(group, topic, partition)
+
+
+@given(st.one_of(offset_values, st.builds(OffsetValue, i64, i32, st.text(max_size=300) | st.none(), i64,
+                                           st.integers(-1, 2**63 - 1))))
+def test_the_fixed_struct_offset_value_is_the_general_encoders_bytes(value):
+    assert encode_offset_value(value) == _general_offset_value(value)
+
+
+def test_an_offset_record_string_over_32767_bytes_is_refused_as_the_general_encoder_refuses_it():
+    with pytest.raises(struct.error):
+        _general_offset_key("g" * 32768, "t", 0)
+    with pytest.raises(struct.error):
+        encode_offset_key("g" * 32768, "t", 0)
+    with pytest.raises(struct.error):
+        encode_offset_value(OffsetValue(1, -1, "m" * 32768, 0, -1))
 
 
 def _decodes_or_is_refused(decode, data):
