@@ -8,11 +8,11 @@ under way (counted by `begin_write`/`end_write`), because those are exactly
 the ones that would otherwise need an fsync of their own right after.
 
 Waiting callers either block (`flush`) or hold a future (`durable`), the form
-a server uses so that its request loop never blocks on a disk: a shared pool
-runs one fsync per turn for each partition with waiters, unless many
-partitions of one log dir wait at once: then the dir's `DirSyncer`
-(dir_sync.py) claims each one's range and makes them all durable with one
-syncfs of the dir's file system.
+a server uses so that its request loop never blocks on a disk: the log dir's
+`DirSyncer` (dir_sync.py) runs one fsync per turn for each partition with
+waiters, in a thread of its own (and the shared pool, for several at once),
+unless many partitions of the dir wait at once: then it claims each one's
+range and makes them all durable with one syncfs of the dir's file system.
 
 A failed fsync takes the partition's whole log dir offline, through the same
 `LogDirState` a failed write reaches (`logstore.log_dir_failures`): after one
@@ -220,9 +220,7 @@ class GroupCommit:
                 self.last_flush = time.monotonic()
             ready = self._pop_ready()
             self._cond.notify_all()
-        point = self._recovery_point
-        for settle in ready:
-            settle(point)
+        _settle_all(ready, self._recovery_point)
 
     def check_healthy(self) -> None:
         """Raise StorageError (LogDirOfflineError) once the log dir is offline: it takes no more writes."""
@@ -293,9 +291,7 @@ class GroupCommit:
             failed = [w[2] for w in self._waiters]
             self._waiters.clear()
             self._driving = False
-        error = exc if isinstance(exc, Exception) else StorageError(str(exc))
-        for settle in failed:
-            settle(error)
+        _settle_all(failed, exc if isinstance(exc, Exception) else StorageError(str(exc)))
 
     # -- a sync shared by the log dir (logstore.dir_sync) -----------------------------------
 
@@ -360,6 +356,42 @@ class GroupCommit:
             self._cond.notify_all()
         for settle in failed:
             settle(StorageError(f"log {self._name} closed before offset was durable"))
+
+
+class _Held(threading.local):
+    settles: list[tuple[Settle, int | BaseException]] | None = None
+
+
+_held = _Held()
+
+
+def hold_settles() -> None:
+    """In this thread, waiters satisfied (or failed) wait to hear of it until `run_held_settles()`: a sync
+    thread tells them last, just before it sleeps, so that the event loop they wake does not find it still
+    holding the GIL (a second wake-up of the loop, when it lets go)."""
+    _held.settles = []
+
+
+def run_held_settles() -> None:
+    """Settle the waiters held since `hold_settles()` (or the last call); hold on."""
+    held = _held.settles
+    if held:
+        _held.settles = []
+        for settle, outcome in held:
+            try:
+                settle(outcome)
+            except Exception:
+                # One waiter's failing callback must not keep the others (or the thread's next turn) waiting.
+                log.exception("a durability waiter's callback failed")
+
+
+def _settle_all(settles: list[Settle], outcome: int | BaseException) -> None:
+    held = _held.settles
+    if held is not None:
+        held.extend([(settle, outcome) for settle in settles])
+    else:
+        for settle in settles:
+            settle(outcome)
 
 
 def _settle_future(fut: Future[int], point: int | BaseException) -> None:

@@ -2,14 +2,16 @@
 power cut at any sync of such a window loses nothing acknowledged, that a failed syncfs takes the dir offline,
 and, with a real broker, that acks=all over many partitions survives SIGKILL.
 
-The store's syncs for waiters run in a `QueuedExecutor` the test drains, so a window's waiters are all
-queued before its turn runs (as the broker's event loop queues a Produce's partitions) and the boundaries
-come in the same order every run.
+The store's syncs for waiters (the log dir's turns, which its thread runs otherwise, and the pool's) run in
+a `QueuedExecutor` the test drains, so a window's waiters are all queued before its turn runs (as the
+broker's event loop queues a Produce's partitions) and the boundaries come in the same order every run.
 """
 from __future__ import annotations
 
 import errno
+import queue
 import shutil
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
@@ -18,12 +20,13 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+import logstore.dir_sync
 import logstore.durability
 import logstore.log
 from clients.broker_process import BrokerProcess, finish_brokers, free_port
 from fault_fs import FaultFileSystem, SimulatedPowerLoss
 from logstore.checkpoints import CLEAN_SHUTDOWN_MARKER
-from logstore.dir_sync import SHARED_MIN
+from logstore.dir_sync import SHARED_MIN, DirSyncer
 from logstore.errors import StorageError
 from logstore.manager import LogManager
 from power_loss import MODES, DeferredFlusher
@@ -31,6 +34,7 @@ from power_loss import MODES, DeferredFlusher
 TOPIC = "spread"
 WIDE = 2 * SHARED_MIN      # partitions of a window that shares one syncfs
 NARROW = SHARED_MIN - 1    # partitions of a window synced one by one
+WAIT = 30
 
 
 class QueuedExecutor:
@@ -57,6 +61,8 @@ class QueuedExecutor:
 def pool(monkeypatch) -> QueuedExecutor:
     executor = QueuedExecutor()
     monkeypatch.setattr(logstore.durability, "_pool", executor)
+    # The dir's turns too, which its own thread runs otherwise.
+    monkeypatch.setattr(DirSyncer, "_start_turns", lambda syncer: executor.submit(syncer._run))
     return executor
 
 
@@ -177,6 +183,53 @@ def test_a_failed_syncfs_fails_every_waiter_and_takes_the_dir_offline(tmp_path, 
     with pytest.raises(StorageError, match="syncfs"):
         store.close()   # unclean: the next start recovers the dir
     assert not (tmp_path / "d" / CLEAN_SHUTDOWN_MARKER).exists()
+
+
+def test_a_dirs_turns_run_in_its_own_thread_which_ends_when_idle_and_comes_back(tmp_path, monkeypatch):
+    monkeypatch.setattr(logstore.dir_sync, "IDLE_EXIT_S", 0.05)
+    heard: queue.Queue[tuple[int | BaseException, threading.Thread]] = queue.Queue()
+    with _store(tmp_path / "d") as store:
+        log = store.log(TOPIC, 0)
+        for value in (b"first", b"after the thread ended"):
+            end = log.append_records([value]).last_offset + 1
+            log.when_durable(end, lambda point: heard.put((point, threading.current_thread())))
+            point, thread = heard.get(timeout=WAIT)
+            assert point == end == log.recovery_point
+            assert thread.name.startswith("logstore-sync ") and thread is not threading.current_thread()
+            thread.join(WAIT)
+            assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("partitions", [NARROW, WIDE])
+def test_waits_from_many_threads_are_all_settled_while_the_sync_thread_comes_and_goes(tmp_path, monkeypatch,
+                                                                                     partitions):
+    # A thread that ends as soon as it is idle: its end races the requests that start the next one.
+    monkeypatch.setattr(logstore.dir_sync, "IDLE_EXIT_S", 0.0)
+    threads, waits = 4, 100
+    with _store(tmp_path / "d") as store:
+        logs = [store.log(TOPIC, p) for p in range(partitions)]
+        failures: list[BaseException] = []
+
+        def wait_one_by_one(index: int) -> None:
+            try:
+                for i in range(waits):
+                    log = logs[(index + i) % partitions]
+                    end = log.append_records([b"%d-%d" % (index, i)]).last_offset + 1
+                    heard: queue.Queue[int | BaseException] = queue.Queue()
+                    log.when_durable(end, heard.put)
+                    point = heard.get(timeout=WAIT)
+                    assert not isinstance(point, BaseException) and point >= end
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                failures.append(exc)
+
+        workers = [threading.Thread(target=wait_one_by_one, args=(i,)) for i in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        assert not failures, failures[:3]
+        assert all(log.recovery_point == log.log_end_offset for log in logs)
+        assert sum(log.log_end_offset for log in logs) == threads * waits
 
 
 def test_acks_all_over_many_partitions_is_read_back_after_sigkill(tmp_path):
