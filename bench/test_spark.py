@@ -57,7 +57,9 @@ seconds: few rounds, one warmup round each):
    batch of that range, decoded once on the driver and shipped to the tasks
    in their partitions, over and over, as many rows per task as the planned
    tasks hold, with count(): what Spark itself spends taking Arrow batches
-   of this schema from Python workers, reading and decoding nothing.
+   of this schema from Python workers, reading and decoding nothing. Each
+   floor round's untimed setup runs one count() of the logstore source, so
+   the report also has the two side by side, round by round.
 
 Scan and filter groups pair rounds as bench/test_storage.py does: ours'
 untimed setup runs one peer round just before each ours round, and the
@@ -490,4 +492,9 @@ def test_spark_arrow_floor(benchmark, spark, data):
          query="df.count() over a source yielding one cached batch (no reads)")
     df = spark.read.format(ArrowFloorSource.name()).load(data.log_dir)
     run = _checked(df.count, _check_count(RECORDS))
-    benchmark.pedantic(run, rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    # Each floor round follows a count() of the logstore source in its setup: the report's paired ratio
+    # compares rounds run side by side, as the scans compare theirs with Parquet's.
+    paired = _Paired(_checked(lambda: data.logstore(spark).count(), _check_count(RECORDS)))
+    benchmark.pedantic(run, setup=paired.setup, rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    benchmark.extra_info["floor_seconds"] = list(benchmark.stats.stats.data)
+    benchmark.extra_info["paired_logstore_seconds"] = paired.seconds[len(paired.seconds) - ROUNDS:]
