@@ -15,6 +15,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import pytest
@@ -28,6 +29,7 @@ from broker_process import BrokerProcess, finish_brokers, free_port
 from raw_wire import TIMEOUT, framed, recv_exactly
 
 LOOPS = ("uvloop", "asyncio")
+BLOCKED_LOOKS = 20   # 200 ms of a send queue that does not move: the broker waits for room
 TOTALS = re.compile(r"file ranges sent: (\d+) bytes by sendfile, (\d+) copied")
 FETCH = 1
 
@@ -124,9 +126,38 @@ def _fetch_request(topic: str, partitions: int, max_bytes: int) -> bytes:
     return framed(_write(RequestHeader, header) + _write(request_cls, body))
 
 
-def _fetch_all(s: socket.socket, topic: str, partitions: int, max_bytes: int):
-    """One Fetch v12 of every partition from offset 0, its answer read 4 KiB at a time; kio's partitions."""
+def _send_queue(local_port: int, remote_port: int) -> int | None:
+    """What the socket local_port -> remote_port holds unsent or unacknowledged (/proc/net/tcp's tx_queue)."""
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            if (int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)) == (local_port,
+                                                                                                remote_port):
+                return int(fields[4].split(":")[0], 16)
+    return None
+
+
+def _until_the_broker_is_blocked(s: socket.socket, broker_port: int) -> None:
+    """Read nothing until the broker's socket to `s` is full: its send queue holds bytes and stops growing
+    (its sendfile then met EAGAIN). There is no event to wait for: the queue is looked at every 10 ms."""
+    client_port = s.getsockname()[1]
+    deadline = time.monotonic() + TIMEOUT
+    last, steady = None, 0
+    while steady < BLOCKED_LOOKS:
+        queued = _send_queue(broker_port, client_port)
+        steady = steady + 1 if queued and queued == last else 0
+        last = queued
+        assert time.monotonic() < deadline, f"the broker's send queue never settled (last {last})"
+        time.sleep(0.01)
+
+
+def _fetch_all(s: socket.socket, topic: str, partitions: int, max_bytes: int, broker_port: int | None = None):
+    """One Fetch v12 of every partition from offset 0, its answer read 4 KiB at a time (with `broker_port`:
+    only once the broker's socket is full); kio's partitions."""
     s.sendall(_fetch_request(topic, partitions, max_bytes))
+    if broker_port is not None:
+        _until_the_broker_is_blocked(s, broker_port)
     size = int.from_bytes(recv_exactly(s, 4), "big")
     frame = bytearray()
     while len(frame) < size:
@@ -153,7 +184,8 @@ def test_a_slow_reader_gets_two_large_ranges_and_what_is_between_them_in_order(l
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         s.settimeout(TIMEOUT)
         s.connect((broker.host, broker.port))
-        parts = _fetch_all(s, "slow-reader", 2, 8 << 20)
+        # Without waiting for the broker to fill its socket, a reader that kept up sometimes never let it.
+        parts = _fetch_all(s, "slow-reader", 2, 8 << 20, broker.port)
     assert [(p.partition_index, p.error_code, p.high_watermark) for p in parts] == [(0, 0, 300), (1, 0, 300)]
     assert [p.records for p in parts] == files
     by_sendfile, copied = _stopped_totals(broker, loop)
