@@ -26,10 +26,10 @@ def known_partitions(request: Request, topics: Iterable[KioMessage], offset_of: 
     and the codes of the others, as Kafka checks before the coordinator: a request-level `error`
     on all, TOPIC_AUTHORIZATION_FAILED for a topic the principal may not perform `operation` on,
     UNKNOWN_TOPIC_OR_PARTITION for one that does not exist."""
-    existing = request.broker.store.topics()
+    count_of = request.broker.store.partition_count   # not topics(): a copy of every topic's count
 
     def check(topic: str, index: int, asked: KioMessage) -> T | Outcome[Never]:
-        if not 0 <= index < existing.get(topic, 0):
+        if not 0 <= index < count_of(topic):
             return refuse(ErrorCode.unknown_topic_or_partition)
         return offset_of(asked)
 
