@@ -36,6 +36,7 @@ bytes read and sent are counted per listener (`metrics.py`: plain ints); with
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -92,6 +93,41 @@ _NORMAL_ENDS = frozenset({(IDLE,), (SHUTDOWN,), (REPLY_FAILED,)})
 _Reply: TypeAlias = "asyncio.Future[PreEncoded | None]"
 
 
+class _Replies:
+    """The replies a connection owes, in order: asyncio.Queue's part that the sender uses, without its
+    per-wait lookup of the running loop (a getpid(2) syscall on Python 3.11)."""
+
+    __slots__ = ("_loop", "_items", "_waiter")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._items: collections.deque[_Reply | None] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: _Reply | None) -> None:
+        """Queue `item` (None: the last one) and wake the sender."""
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> _Reply | None:
+        """The next item, once there is one (one reader: the connection's sender)."""
+        while not self._items:
+            self._waiter = self._loop.create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def take_all(self) -> list[_Reply | None]:
+        """Everything still queued, now (the connection closes)."""
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+
 class _Ticket:
     """One request's place in `queued.max.requests` and its connection's muting: the handler's `Progress`."""
 
@@ -100,7 +136,7 @@ class _Ticket:
     def __init__(self, slots: asyncio.Semaphore, connection: Connection):
         self._slots = slots
         self._queued = True
-        self.effect: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.effect: asyncio.Future[None] = connection.loop.create_future()
         self._gone = connection.gone
         self._connection = connection
 
@@ -141,12 +177,13 @@ class Connection:
         self.peer = writer.get_extra_info("peername")
         self._slots = slots
         self._codec_pool = codec_pool
-        loop = asyncio.get_running_loop()
+        # Kept: asyncio.get_running_loop() costs a getpid(2) syscall a call on Python 3.11, several a request.
+        self.loop = loop = asyncio.get_running_loop()
         self.last_active = loop.time()      # loop time a frame was last read or a reply sent
         self.owed = 0                       # replies queued or being sent
         self.writing = False                # the writer is blocked on the socket (drain, sendfile)
         self.gone: asyncio.Future[None] = loop.create_future()
-        self._replies: asyncio.Queue[_Reply | None] = asyncio.Queue()
+        self._replies = _Replies(loop)
         self._room = asyncio.Event()        # set while fewer than MAX_REPLIES_OWED are owed
         self._room.set()
         self._unanswered: set[asyncio.Task[PreEncoded | None]] = set()
@@ -168,7 +205,7 @@ class Connection:
 
     def mute_for(self, ms: int) -> None:
         """Read no further request for `ms` from now (a quota's throttle; the reply still goes out)."""
-        self._muted_until = max(self._muted_until, asyncio.get_running_loop().time() + ms / 1000)
+        self._muted_until = max(self._muted_until, self.loop.time() + ms / 1000)
 
     def idle_since(self) -> float | None:
         """Loop time since which nothing was read or sent, if the connection counts as idle (nothing owed,
@@ -178,7 +215,7 @@ class Connection:
     async def serve(self) -> None:
         """Serve requests until the client closes, sends a bad frame, or the broker stops or cancels."""
         self._task = asyncio.current_task()
-        sender = asyncio.create_task(self._send_replies())
+        sender = self.loop.create_task(self._send_replies())
         cancelled: asyncio.CancelledError | None = None
         try:
             await self._read_requests()
@@ -215,8 +252,7 @@ class Connection:
         self._stop_waiting()
         sender.cancel()
         self.writer.close()
-        while not self._replies.empty():
-            item = self._replies.get_nowait()
+        for item in self._replies.take_all():
             if item is not None:
                 _drop(item)
         for task in self._unanswered:
@@ -225,7 +261,7 @@ class Connection:
     async def _read_requests(self) -> None:
         broker = self.broker
         limit = broker.config["socket.request.max.bytes"]
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         # As Kafka shows it: "/" and Java's form of the address (IPv6 in full: /0:0:0:0:0:0:0:1).
         client_host = f"/{java_host(self.peer[0])}" if isinstance(self.peer, tuple) and self.peer else ""
         session = self.session
@@ -272,7 +308,7 @@ class Connection:
                 raise
             request = Request(broker, api_key, version, correlation_id, client_id, client_host, self.principal,
                               ticket, self.listener.name, session)
-            task = asyncio.create_task(self._handle(api, request, body, ticket, offload, started))
+            task = loop.create_task(self._handle(api, request, body, ticket, offload, started))
             if api.replies(body):
                 self._owe(task)
             else:
@@ -306,7 +342,7 @@ class Connection:
             self._end(REPLY_FAILED)
 
     async def _off_loop(self, call: Callable[..., _T], *args: Any) -> _T:
-        return await asyncio.get_running_loop().run_in_executor(self._codec_pool, call, *args)
+        return await self.loop.run_in_executor(self._codec_pool, call, *args)
 
     async def _handle(self, api: Api, request: Request, body: object, ticket: _Ticket,
                       offload: bool, started: float) -> PreEncoded | None:
@@ -333,10 +369,10 @@ class Connection:
             ticket.applied()
             if self._metrics is not None or self._log_requests:
                 request_done(self._metrics, self._log_requests, api, request, body, response, started,
-                             asyncio.get_running_loop().time(), self.peer)
+                             self.loop.time(), self.peer)
 
     async def _send_replies(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self.loop
         while True:
             item = await self._replies.get()
             if item is None:

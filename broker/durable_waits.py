@@ -25,7 +25,7 @@ class LoopInbox:
     """Calls posted from any thread, run on the loop in order, with one loop wake-up for a burst of them."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop):
-        self._loop = loop
+        self.loop = loop
         self._lock = threading.Lock()
         self._calls: list[tuple[Callable[..., None], tuple[object, ...]]] = []
         self._thread = threading.get_ident()
@@ -38,8 +38,8 @@ class LoopInbox:
         with self._lock:
             self._calls.append((call, args))
             wake = len(self._calls) == 1
-        if wake and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._drain)
+        if wake and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._drain)
 
     def _drain(self) -> None:
         with self._lock:
@@ -76,7 +76,7 @@ async def until_durable(inbox: LoopInbox, waits: Sequence[tuple[Durable, int]],
                         timeout: float) -> list[BaseException | None]:
     """Wait until each (log, offset) is durable below offset, at most `timeout` s; per wait None, the
     storage error that failed it, or NotDurableInTime."""
-    loop = asyncio.get_running_loop()
+    loop = inbox.loop   # the loop this runs on (asyncio.get_running_loop() costs a getpid(2) on Python 3.11)
     state = _Waits(len(waits), loop.create_future())
     for index, (log, offset) in enumerate(waits):
         log.when_durable(offset, partial(_post, inbox, state, index))

@@ -14,6 +14,10 @@ waiters, in a thread of its own (and the shared pool, for several at once),
 unless many partitions of the dir wait at once: then it claims each one's
 range and makes them all durable with one syncfs of the dir's file system.
 
+On a log dir kept in memory (tmpfs, ramfs: `FileSystem.memory_backed`) an
+fsync writes nothing: there a waiter's recovery point follows the log's end at
+once, in the waiter's thread, and no sync thread is woken.
+
 A failed fsync takes the partition's whole log dir offline, through the same
 `LogDirState` a failed write reaches (`logstore.log_dir_failures`): after one
 the kernel may have dropped the dirty pages, so no later fsync may claim
@@ -107,8 +111,10 @@ class GroupCommit:
 
     def __init__(self, recovery_point: int, *, end: Callable[[], int], sync: Callable[[int, int], None],
                  name: str = "", dir_state: LogDirState | None = None, syncer: DirSyncer | None = None,
-                 covered: Callable[[int, int], None] | None = None):
+                 covered: Callable[[int, int], None] | None = None, in_memory: bool = False):
         self._end = end
+        # The log dir is on tmpfs: waiters need no sync (`when_durable`).
+        self._in_memory = in_memory
         self._sync = sync
         # The log dir's syncer (dir_sync.py), and what the log does when a file-system sync stands in for `sync`.
         self._syncer = syncer
@@ -242,7 +248,11 @@ class GroupCommit:
         """Call `settle` once every offset below `offset` is on disk (with the recovery point), or with the
         error that means it never will be: at once in this thread, or later in the thread that synced.
 
-        The form for callers that batch their own wake-ups (an event loop): no future per wait."""
+        The form for callers that batch their own wake-ups (an event loop): no future per wait. On a log dir
+        kept in memory (`in_memory`) the recovery point follows the log's end at once: an fsync there writes
+        nothing, and handing it to the sync thread and back would cost two thread wake-ups for nothing."""
+        if self._in_memory and self._recovery_point < offset:
+            self._follow_end()
         now: int | BaseException | None = None
         start = False
         with self._cond:
@@ -260,6 +270,21 @@ class GroupCommit:
             settle(now)
         elif start:
             self._schedule()
+
+    def _follow_end(self) -> None:
+        # What is written is all the durability a file system in memory has: no sync to run or wait for.
+        # Not while a leader syncs (its `_sync` walks the rolled segments `covered` forgets): then the
+        # waiter takes a turn as on a disk.
+        with self._cond:
+            start, end = self._recovery_point, self._end()
+            if end <= start or self._flushing or self._closed or not self._dir.online:
+                return
+            if self._covered is not None:
+                self._covered(start, end)
+            self._recovery_point = end
+            self.last_flush = time.monotonic()
+            ready = self._pop_ready()
+        _settle_all(ready, end)
 
     def _schedule(self) -> None:
         """Queue this partition's next turn: at its log dir's syncer when it has one, else in the pool."""

@@ -15,7 +15,9 @@ What a caller may rely on, as POSIX gives it: data written is durable only
 after `fsync`/`fdatasync` of its file; a create, rename or unlink only after
 `fsync_dir` of its directory; `rename` replaces its target atomically;
 `syncfs` makes all of that durable at once for every file and directory of
-the file system holding its path.
+the file system holding its path. On a file system held only in memory
+(tmpfs, ramfs: `memory_backed`) every one of those syncs is a no-op that
+returns at once: there is no device below the page cache to write to.
 """
 from __future__ import annotations
 
@@ -25,12 +27,15 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from logstore.native.file_map import FileMap, syncfs
+from logstore.native.file_map import FileMap, fs_type, syncfs
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
 
-__all__ = ["FileSystem", "OsFileSystem", "OS"]
+__all__ = ["FileSystem", "OsFileSystem", "OS", "MEMORY_FILE_SYSTEMS"]
+
+# statfs(2) magic numbers of the file systems kept only in memory: tmpfs (and /dev/shm), ramfs.
+MEMORY_FILE_SYSTEMS = frozenset({0x01021994, 0x858458F6})
 
 
 @runtime_checkable
@@ -103,6 +108,9 @@ class FileSystem(Protocol):
 
     def syncfs(self, path: str) -> None:
         """Make everything written, created, renamed or unlinked on the file system holding `path` durable."""
+
+    def memory_backed(self, path: str) -> bool:
+        """Whether `path` is on a file system kept only in memory, whose syncs write nothing and never wait."""
 
     def mtime(self, path: str) -> float:
         """The file's modification time (seconds since the epoch)."""
@@ -213,6 +221,13 @@ class OsFileSystem:
             syncfs(fd)
         finally:
             os.close(fd)
+
+    def memory_backed(self, path: str) -> bool:
+        """Whether `path` is on tmpfs or ramfs (False when it cannot be looked at)."""
+        try:
+            return fs_type(path) in MEMORY_FILE_SYSTEMS
+        except OSError:
+            return False
 
     def mtime(self, path: str) -> float:
         """The file's modification time (seconds since the epoch)."""

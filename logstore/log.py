@@ -143,9 +143,10 @@ class Log:
         self._next_offset = log_end_offset
         self._log_start_offset = log_start_offset
         self._lock = threading.RLock()
+        syncer = dir_syncer(self.dir_state, fs)
         self._group = GroupCommit(recovery_point, end=lambda: self._next_offset, sync=self._sync,
-                                  name=directory, dir_state=self.dir_state, syncer=dir_syncer(self.dir_state, fs),
-                                  covered=self._covered_by_dir_sync)
+                                  name=directory, dir_state=self.dir_state, syncer=syncer,
+                                  covered=self._covered_by_dir_sync, in_memory=syncer.memory_backed)
         self._pending_deletes: list[tuple[float, LogSegment]] = []
         # Rolled segments whose indexes and txnindex no fsync has covered yet (see `_sync`).
         self._rolled: list[LogSegment] = []

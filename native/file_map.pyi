@@ -1,7 +1,8 @@
-"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor; syncfs)."""
+"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor; syncfs, fs_type)."""
 from typing import final
 
 def syncfs(fd: int) -> None: ...
+def fs_type(path: str) -> int: ...
 
 @final
 class FileMap:

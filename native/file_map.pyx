@@ -13,7 +13,8 @@ SIGBUS; the index searches guard their accesses (`logstore.native.index`).
 Bytes read through the buffer protocol here are not guarded: callers that
 may meet a damaged file read through the index cores.
 
-`syncfs` is here too, as the one other file-system call Python's `os` lacks.
+`syncfs` and `fs_type` (statfs(2)'s f_type) are here too, as the file-system calls Python's `os`
+lacks.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from libc.errno cimport errno
@@ -24,6 +25,26 @@ import os
 
 cdef extern from "<unistd.h>" nogil:
     int c_syncfs "syncfs"(int fd)
+
+
+cdef extern from "<sys/vfs.h>" nogil:
+    ctypedef struct fs_stats "struct statfs":
+        long f_type
+    int c_statfs "statfs"(const char* path, fs_stats* buf)
+
+
+def fs_type(path):
+    """statfs(2)'s f_type of the file system holding `path` (its magic number: 0x01021994 for tmpfs);
+    OSError when the path cannot be looked at."""
+    cdef fs_stats stats
+    cdef bytes name = os.fsencode(path)
+    cdef const char* c_name = name
+    cdef int rc
+    with nogil:
+        rc = c_statfs(c_name, &stats)
+    if rc != 0:
+        raise OSError(errno, os.strerror(errno), path)
+    return stats.f_type
 
 
 def syncfs(int fd):

@@ -550,6 +550,10 @@ class FaultFileSystem(OsFileSystem):
             if power_goes:
                 self._power_off()
 
+    def memory_backed(self, path: str) -> bool:
+        """Never: this is a disk whose unsynced writes a power cut drops, wherever its files are."""
+        return False
+
     def syncfs(self, path: str) -> None:
         """syncfs(2), a boundary: every tracked file and directory on `path`'s device is what a crash keeps."""
         with self._lock:
