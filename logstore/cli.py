@@ -289,6 +289,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the `logstore` command line; return the process exit status."""
+    if list(sys.argv[1:] if argv is None else argv)[:1] == ["broker"] and "hypothesis" not in sys.modules:
+        # kio registers Hypothesis strategies for its types whenever Hypothesis can be imported (wherever the
+        # test extra is installed): 160 ms of every broker start for strategies a broker never draws. Before
+        # the parser, whose admin commands import kio; None in sys.modules makes the import fail (Python's rule).
+        sys.modules["hypothesis"] = None  # type: ignore[assignment]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:
