@@ -39,6 +39,14 @@ cdef object _micros_type():
     return _MICROS_TYPE
 
 
+# A builder releases the GIL for a batch once it has decoded this many records bytes holding it: for
+# any batch this large, and for one in ~16 of a producer's (16 KiB by default, about a microsecond
+# each). Releasing it around every small batch cost a scan 5% of its CPU; other threads still get in
+# every few hundred microseconds.
+cdef enum:
+    NOGIL_BYTES = 256 * 1024
+
+
 # Why `add_entries` stopped: the buffer holds no further whole entry, the range's end was reached, the
 # builder holds `max_rows` rows, or the entry at the position is not a v2 batch (the caller decodes it).
 ENTRIES_NEED_BYTES = 0
@@ -94,6 +102,12 @@ cdef int _refill(Growable* g, Py_ssize_t want) except -1:
             _pool_capacity[best] = _pool_capacity[_pool_count]
             return 0
     return _reserve(g, want - g.size)
+
+
+# The buffer sizes of the last batch `add_entries` filled, by which a scan's next builder starts (a task of
+# a reused Spark worker, say): without them its first batch grew from nothing by doubling, each step a
+# copy and fresh pages, while the pool held blocks of the right size.
+cdef Py_ssize_t _filled_sizes[9]
 
 
 def pooled_buffers():
@@ -274,6 +288,8 @@ cdef class ColumnarBuilder:
     cdef readonly bint timestamp_types
     cdef readonly bint timestamp_micros
     cdef Py_ssize_t key_nulls, value_nulls, header_count, hvalue_nulls
+    cdef Py_ssize_t held_bytes   # records bytes decoded since the GIL was last released
+    cdef bint filled             # add_entries stopped on max_rows since the last finish()
 
     def __cinit__(self, *, bint headers=False, bint timestamp_types=False, bint timestamp_micros=False):
         memset(&self.offsets, 0, sizeof(Growable))
@@ -356,6 +372,8 @@ cdef class ColumnarBuilder:
         cdef Py_ssize_t n = b.buf.len
         cdef int32_t length
         cdef int why = ENTRIES_NEED_BYTES
+        if self.count == 0 and self.value_data.data == NULL:
+            self._presize(_filled_sizes)
         while self.count < max_rows:
             if pos < 0 or n - pos < ENTRY_PREFIX_SIZE:
                 break
@@ -372,6 +390,7 @@ cdef class ColumnarBuilder:
             pos += LOG_OVERHEAD + length
         else:
             why = ENTRIES_FULL
+            self.filled = True
         return pos, why
 
     cdef BatchHeader _add(self, object buf, const unsigned char* p, Py_ssize_t size, Py_ssize_t pos,
@@ -431,6 +450,8 @@ cdef class ColumnarBuilder:
         c.key_nulls = self.key_nulls
         c.value_nulls = self.value_nulls
         cdef bint extra = self.headers or self.timestamp_types
+        cdef Py_ssize_t i
+        cdef int64_t* micros = <int64_t*>self.timestamps.data
         if extra:
             x.types = <int32_t*>self.types.data if self.timestamp_types else NULL
             x.header_lists = <int32_t*>self.header_lists.data if self.headers else NULL
@@ -443,24 +464,30 @@ cdef class ColumnarBuilder:
             x.hkey_size = self.hkey_data.size
             x.hvalue_size = self.hvalue_data.size
             x.hvalue_nulls = self.hvalue_nulls
-            with nogil:
+        self.held_bytes += end - start
+        cdef bint release = self.held_bytes >= NOGIL_BYTES
+        if release:
+            self.held_bytes = 0
+        if extra:
+            if not release:
                 rc = _columnar_append_extra(&c, &x, p, start, end, &e)
+            else:
+                with nogil:
+                    rc = _columnar_append_extra(&c, &x, p, start, end, &e)
+        elif not release:
+            rc = _columnar_append(&c, p, start, end, &e)
         else:
             with nogil:
                 rc = _columnar_append(&c, p, start, end, &e)
+        if rc == 0 and self.timestamp_micros:
+            for i in range(self.count, c.n):
+                micros[i] *= 1000
         if rc == -2:
             raise MemoryError()
         if rc != 0:
             # Nothing of a corrupt batch is kept: sizes are only committed below.
             _raise_parse(&e, 0, owner is not None, pos)
         cdef Py_ssize_t n = c.n
-        cdef Py_ssize_t i
-        cdef int64_t* micros
-        if self.timestamp_micros:
-            micros = <int64_t*>self.timestamps.data
-            with nogil:
-                for i in range(self.count, n):
-                    micros[i] *= 1000
         cdef Py_ssize_t key_size = c.key_size
         cdef Py_ssize_t value_size = c.value_size
         if key_size > 2147483647 or value_size > 2147483647:
@@ -521,15 +548,24 @@ cdef class ColumnarBuilder:
             c.header_value_validity = self._take(&self.hvalue_valid)
             c.header_value_null_count = self.hvalue_nulls
         # The next batch is most likely the same size: reserving it now spares the doublings' copies.
+        self._presize(used)
+        if self.filled:
+            _filled_sizes[:] = used
+            self.filled = False
+        self._start()
+        return c
+
+    cdef _presize(self, Py_ssize_t* used):
+        """Room in each buffer for the bytes `used` names (and an eighth more), pooled blocks first."""
         cdef Growable* grown[9]
         grown[:] = [&self.offsets, &self.timestamps, &self.key_offsets, &self.key_data, &self.value_offsets,
                     &self.value_data, &self.key_valid, &self.value_valid, &self.types]
         cdef int i
+        cdef Py_ssize_t want
         for i in range(9):
-            if used[i]:
-                _refill(grown[i], used[i] + used[i] // 8)
-        self._start()
-        return c
+            want = used[i] + used[i] // 8
+            if grown[i].capacity < want and (i != 8 or self.timestamp_types):
+                _refill(grown[i], want)
 
     cdef NativeBuffer _take(self, Growable* g):
         cdef NativeBuffer nb = _adopt(g.data, g.size, g.capacity)

@@ -86,6 +86,12 @@ LS_INLINE Py_ssize_t ls_varlong(const unsigned char *p, Py_ssize_t pos, Py_ssize
         return pos;
     }
     u = b & 0x7F;
+    /* Timestamp deltas within a batch of a few seconds take two bytes. */
+    if (pos < end && p[pos] < 0x80) {
+        u |= (uint64_t)p[pos] << 7;
+        *out = (int64_t)((u >> 1) ^ (0ull - (u & 1)));
+        return pos + 1;
+    }
     for (shift = 7;; shift += 7) {
         if (LS_UNLIKELY(pos >= end))
             return -1;
@@ -386,6 +392,40 @@ static inline Py_ssize_t ls_utf8_append(ls_growable *g, Py_ssize_t size, const u
     return size;
 }
 
+/* memcpy for the short keys and values of most records, inlined: the call
+ * into libc and its size dispatch cost as much as moving ~100 bytes. Two
+ * overlapping fixed-size moves cover any length in [k, 2k], so nothing is
+ * read or written outside [src, src + n) and [dst, dst + n). */
+LS_INLINE void ls_copy(char *dst, const unsigned char *src, int32_t n)
+{
+    if (n >= 32) {
+        if (n > 128) {
+            memcpy(dst, src, (size_t)n);
+        } else if (n > 64) {
+            __builtin_memcpy(dst, src, 64);
+            __builtin_memcpy(dst + n - 64, src + n - 64, 64);
+        } else {
+            __builtin_memcpy(dst, src, 32);
+            __builtin_memcpy(dst + n - 32, src + n - 32, 32);
+        }
+    } else if (n >= 8) {
+        if (n >= 16) {
+            __builtin_memcpy(dst, src, 16);
+            __builtin_memcpy(dst + n - 16, src + n - 16, 16);
+        } else {
+            __builtin_memcpy(dst, src, 8);
+            __builtin_memcpy(dst + n - 8, src + n - 8, 8);
+        }
+    } else if (n >= 4) {
+        __builtin_memcpy(dst, src, 4);
+        __builtin_memcpy(dst + n - 4, src + n - 4, 4);
+    } else if (n > 0) {
+        dst[0] = (char)src[0];
+        dst[n >> 1] = (char)src[n >> 1];
+        dst[n - 1] = (char)src[n - 1];
+    }
+}
+
 /* One batch's records appended to Arrow-style columns. The caller sizes the
  * fixed-width arrays and `value_data` (records section bound), zeroes the
  * validity bits of the new rows, and commits the running totals only when
@@ -491,6 +531,14 @@ LS_INLINE int ls_columnar_loop(ls_columnar *c, ls_columnar_extra *x, const unsig
     const int append_time = c->append_time, bounded = c->bounded;
     const int32_t count = c->count, last_delta = c->last_delta;
     ls_growable *key_data = c->key_data;
+    /* The key buffer and the validity byte being filled live in registers too: a store through a char
+     * pointer may alias anything, so `key_data->data` would be reloaded after every copy, and a bit
+     * OR'ed into memory chains each row to the last through the store. A byte is written when full
+     * and at the end; the caller has zeroed the bits from row n on. */
+    char *key_bytes = key_data->data;
+    Py_ssize_t key_capacity = key_data->capacity;
+    unsigned key_bits = (n & 7) ? key_valid[n >> 3] : 0, value_bits = (n & 7) ? value_valid[n >> 3] : 0;
+    unsigned bit;
     int32_t *const types = x ? x->types : NULL;
     int32_t *const header_lists = x ? x->header_lists : NULL;
 
@@ -505,19 +553,24 @@ LS_INLINE int ls_columnar_loop(ls_columnar *c, ls_columnar_extra *x, const unsig
             continue;
         offsets[n] = offset;
         timestamps[n] = append_time ? max_ts : base_ts + r.timestamp_delta;
+        bit = 1u << (n & 7);
         if (r.key_pos >= 0) {
-            if (LS_UNLIKELY(ls_grow(key_data, key_size + r.key_len) != 0))
-                return -2;
-            memcpy(key_data->data + key_size, p + r.key_pos, r.key_len);
+            if (LS_UNLIKELY(key_size + r.key_len > key_capacity)) {
+                if (ls_grow(key_data, key_size + r.key_len) != 0)
+                    return -2;
+                key_bytes = key_data->data;
+                key_capacity = key_data->capacity;
+            }
+            ls_copy(key_bytes + key_size, p + r.key_pos, r.key_len);
             key_size += r.key_len;
-            key_valid[n >> 3] |= (unsigned char)(1u << (n & 7));
+            key_bits |= bit;
         } else {
             key_nulls++;
         }
         if (r.value_pos >= 0) {
-            memcpy(value_data + value_size, p + r.value_pos, r.value_len);
+            ls_copy(value_data + value_size, p + r.value_pos, r.value_len);
             value_size += r.value_len;
-            value_valid[n >> 3] |= (unsigned char)(1u << (n & 7));
+            value_bits |= bit;
         } else {
             value_nulls++;
         }
@@ -533,6 +586,15 @@ LS_INLINE int ls_columnar_loop(ls_columnar *c, ls_columnar_extra *x, const unsig
         n++;
         key_offsets[n] = (int32_t)key_size;
         value_offsets[n] = (int32_t)value_size;
+        if ((n & 7) == 0) {
+            key_valid[(n - 1) >> 3] = (unsigned char)key_bits;
+            value_valid[(n - 1) >> 3] = (unsigned char)value_bits;
+            key_bits = value_bits = 0;
+        }
+    }
+    if (n & 7) {
+        key_valid[n >> 3] = (unsigned char)key_bits;
+        value_valid[n >> 3] = (unsigned char)value_bits;
     }
     if (LS_UNLIKELY(pos != end)) {
         e->message = "bytes remain after the last record";
