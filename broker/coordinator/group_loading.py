@@ -169,14 +169,21 @@ class GroupLoader:
                     self._consumer_timers.start_sessions(group, now)
             for producer_id, commit in self._loads.loaded(partition):
                 self._offsets.complete_txn_offsets(partition, producer_id, commit)
+            self._ended()
         return len(groups) + len(shares)
 
     def fail(self, partition: int, error: BaseException | str) -> None:
         """The partition could not be loaded: its groups answer COORDINATOR_NOT_AVAILABLE."""
         with self._context.lock:
             self._loads.failed(partition, error)
+            self._ended()
 
     def abandon(self, why: str) -> None:
         """No partition still loading will be: each answers COORDINATOR_NOT_AVAILABLE."""
         with self._context.lock:
             self._loads.abandon(why)
+            self._ended()
+
+    def _ended(self) -> None:
+        if not self._loads.loading:
+            self._groups.loaded()

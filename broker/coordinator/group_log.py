@@ -26,8 +26,9 @@ each struct, unknown tags skipped). Keys are never flexible.
 A coordinator's load reads a record per offset ever committed, so the
 versions Kafka writes are also read natively (logstore.native.offset_replay,
 re-exported here): `plain_run` finds the batches to decode in columns,
-`OffsetReplay` applies their offsets and group metadata in place,
-`group_metadata` backs `decode_group_value`. The
+`OffsetReplay` applies their offsets and group metadata in place, as
+`CommittedOffset`s, `group_metadata` backs `decode_group_value` and
+`decode_group_fields` (the load's: plain tuples, no value objects). The
 decoders below read every version and refuse what is corrupt; the native
 ones leave them whatever they do not read themselves.
 """
@@ -38,11 +39,11 @@ from dataclasses import dataclass
 
 from logstore.broker.coordinator.records import Reader, Writer
 from logstore.errors import CorruptRecordError
-from logstore.native.offset_replay import OffsetReplay, group_metadata, plain_run
+from logstore.native.offset_replay import CommittedOffset, OffsetReplay, group_metadata, plain_run
 
-__all__ = ["GroupKey", "GroupValue", "MemberValue", "OffsetKey", "OffsetReplay", "OffsetValue", "decode_group_value",
-           "decode_key", "decode_offset_value", "encode_group_key", "encode_group_value", "encode_offset_fields",
-           "encode_offset_key", "encode_offset_value", "plain_run"]
+__all__ = ["CommittedOffset", "GroupKey", "GroupValue", "MemberValue", "OffsetKey", "OffsetReplay", "OffsetValue",
+           "decode_group_fields", "decode_group_value", "decode_key", "decode_offset_value", "encode_group_key",
+           "encode_group_value", "encode_offset_fields", "encode_offset_key", "encode_offset_value", "plain_run"]
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -192,6 +193,23 @@ def encode_group_value(value: GroupValue) -> bytes:
         w.int(4, m.rebalance_timeout_ms).int(4, m.session_timeout_ms)
         w.bytes_(False, m.subscription).bytes_(False, m.assignment)
     return w.getvalue()
+
+
+# A GroupMetadataValue's fields in GroupValue's order, each member's in MemberValue's.
+MemberFields = tuple[str, str | None, str, str, int, int, bytes, bytes]
+GroupFields = tuple[str, int, str | None, str | None, int, list[MemberFields]]
+
+
+def decode_group_fields(data: bytes) -> GroupFields:
+    """`decode_group_value`'s fields as plain tuples: a load decodes one per group, and a frozen dataclass
+    costs more to make than the native decode of the bytes."""
+    fields = group_metadata(data)
+    if fields is not None:
+        return fields
+    v = decode_group_value(data)  # the flexible version (or bytes it refuses)
+    return (v.protocol_type, v.generation, v.protocol, v.leader, v.current_state_timestamp,
+            [(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
+              m.session_timeout_ms, m.subscription, m.assignment) for m in v.members])
 
 
 def decode_group_value(data: bytes) -> GroupValue:

@@ -11,10 +11,11 @@ from __future__ import annotations
 import enum
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from logstore.broker.coordinator.consumer_protocol import decode_subscription
-from logstore.broker.coordinator.group_log import GroupValue, MemberValue
+from logstore.broker.coordinator.group_log import CommittedOffset as CommittedOffset  # native; imported from here
+from logstore.broker.coordinator.group_log import GroupFields, GroupValue, MemberValue
 from logstore.broker.coordinator.group_results import JoinResult, SyncResult
 from logstore.errors import CorruptRecordError
 
@@ -41,20 +42,6 @@ _FROM = {
     GroupState.EMPTY: {GroupState.PREPARING_REBALANCE},
     GroupState.DEAD: set(GroupState),
 }
-
-
-class CommittedOffset(NamedTuple):
-    """A committed offset, and where its record sits in `__consumer_offsets` (the later record wins).
-
-    A tuple, not a dataclass: a coordinator's start makes one per offset ever committed.
-    """
-
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int
-    expire_timestamp: int = -1
-    log_offset: int = -1
 
 
 @dataclass(eq=False)
@@ -300,16 +287,17 @@ class Group:
                           self.state_timestamp, tuple(m.to_value(self.protocol_name) for m in self.members.values()))
 
     @classmethod
-    def from_value(cls, group_id: str, partition: int, value: GroupValue, now: int) -> Group:
-        """A group as persisted: Stable with its members (their sessions start now), else Empty."""
-        group = cls(group_id, partition, generation_id=value.generation, protocol_type=value.protocol_type or None,
-                    protocol_name=value.protocol, state_timestamp=value.current_state_timestamp)
-        for m in value.members:
-            protocols = [(value.protocol, m.subscription)] if value.protocol is not None else []
-            member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.rebalance_timeout_ms,
-                            m.session_timeout_ms, value.protocol_type, protocols, m.assignment,
-                            heartbeat_deadline=now + m.session_timeout_ms)
-            group.add(member)
-        group.leader_id = value.leader if value.leader in group.members else group.leader_id
+    def from_fields(cls, group_id: str, partition: int, fields: GroupFields, now: int) -> Group:
+        """A group as persisted (group_log's `decode_group_fields`): Stable with its members (their sessions
+        start now), else Empty."""
+        protocol_type, generation, protocol, leader, timestamp, members = fields
+        group = cls(group_id, partition, generation_id=generation, protocol_type=protocol_type or None,
+                    protocol_name=protocol, state_timestamp=timestamp)
+        for member_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms, subscription, \
+                assignment in members:
+            protocols = [(protocol, subscription)] if protocol is not None else []
+            group.add(Member(member_id, instance_id, client_id, client_host, rebalance_timeout_ms, session_timeout_ms,
+                             protocol_type, protocols, assignment, heartbeat_deadline=now + session_timeout_ms))
+        group.leader_id = leader if leader in group.members else group.leader_id
         group.state = GroupState.STABLE if group.members else GroupState.EMPTY
         return group

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from logstore.broker.coordinator import consumer_group_log, share_group_log
 from logstore.broker.coordinator.group_log import (
+    GroupFields,
     GroupKey,
-    GroupValue,
     OffsetKey,
     OffsetReplay,
-    decode_group_value,
+    decode_group_fields,
     decode_key,
     decode_offset_value,
     plain_run,
@@ -53,6 +53,8 @@ TopicPartition = tuple[str, int]
 PendingOffsets = dict[int, list[tuple[str, TopicPartition, CommittedOffset]]]
 # What `read` finds: the classic and consumer groups, the pending-offset index, the share groups.
 Loaded = tuple[dict[str, Group], dict[tuple[int, int], set[str]], dict[str, ShareGroup]]
+# topic -> its (topic, partition) keys by partition (None where none is made yet)
+TopicKeys = dict[str, list[TopicPartition | None]]
 # Bytes read from a partition at a time while loading, and rows replayed natively in one call: a call
 # holds the GIL (a few ms), and a broker serves requests while it loads.
 CHUNK_BYTES = 4 << 20
@@ -76,6 +78,9 @@ class GroupStore:
         # (partition, producer id) -> groups holding that producer's pending offsets there
         self.txn_groups: dict[tuple[int, int], set[str]] = {}
         self.shares: dict[str, ShareGroup] = {}
+        # The keys every group's offsets of a topic share, across the partitions of one load: 10,000 groups of
+        # 100 topics then hold 10,000 keys, not one per partition and group (a tuple each, 64 bytes).
+        self._topic_keys: TopicKeys = {}
 
     def get(self, group_id: str) -> Group | None:
         """The group, or None."""
@@ -105,7 +110,7 @@ class GroupStore:
         (nothing is changed here); `topic_names` maps the topic ids of consumer- and share-group records
         to names."""
         groups, pending, shares = load_partition(self.store.log(OFFSETS_TOPIC, partition), partition, now,
-                                                 topic_names)
+                                                 topic_names, self._topic_keys)
         txn_groups: dict[tuple[int, int], set[str]] = {}
         for producer_id, entries in pending.items():
             for group_id, tp, offset in entries:
@@ -117,6 +122,11 @@ class GroupStore:
     def clear(self) -> None:
         """Forget every group (under the lock), before they are read again."""
         self.by_id, self.txn_groups, self.shares = {}, {}, {}
+        self._topic_keys = {}
+
+    def loaded(self) -> None:
+        """Every partition is read: the keys kept for sharing go (those in use stay with their offsets)."""
+        self._topic_keys = {}
 
     def install(self, loaded: Loaded) -> None:
         """Add what `read` returned for a partition to the current state (under the lock)."""
@@ -135,12 +145,14 @@ def keep_newer(offsets: dict[TopicPartition, CommittedOffset], tp: TopicPartitio
 
 
 def load_partition(partition_log: Log, partition: int, now: int,
-                   topic_names: Callable[[bytes], str | None] = lambda topic_id: None
+                   topic_names: Callable[[bytes], str | None] = lambda topic_id: None,
+                   topic_keys: TopicKeys | None = None
                    ) -> tuple[dict[str, Group], PendingOffsets, dict[str, ShareGroup]]:
     """Groups and offsets of one `__consumer_offsets` partition, the transactional offsets
     still pending there (producer id -> [(group, partition, offset)]), and its share groups.
-    `topic_names` maps the topic ids of consumer- and share-group records to names."""
-    replay = _PartitionReplay(partition, topic_names)
+    `topic_names` maps the topic ids of consumer- and share-group records to names; `topic_keys`, shared by
+    the partitions of a load, the (topic, partition) keys their offsets share."""
+    replay = _PartitionReplay(partition, topic_names, topic_keys)
     offset = partition_log.log_start_offset
     while offset < partition_log.log_end_offset:
         data = partition_log.read(offset, CHUNK_BYTES)
@@ -175,8 +187,10 @@ def load_partition(partition_log: Log, partition: int, now: int,
 class _PartitionReplay:
     """What one partition's records leave, applied in log order (Kafka's GroupCoordinatorShard replay)."""
 
-    def __init__(self, partition: int, topic_names: Callable[[bytes], str | None]) -> None:
+    def __init__(self, partition: int, topic_names: Callable[[bytes], str | None],
+                 topic_keys: TopicKeys | None = None) -> None:
         self.partition = partition
+        self.topic_keys: TopicKeys = {} if topic_keys is None else topic_keys
         self.offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         # group id -> (log offset, GroupMetadataValue bytes or None): the last record wins, decoded once
         self.metadata: dict[str, tuple[int, bytes | None]] = {}
@@ -186,7 +200,7 @@ class _PartitionReplay:
 
     def columns(self, columns: Columns) -> None:
         """The records of plain batches: offsets and metadata natively, other rows here, in log order."""
-        replay = OffsetReplay(columns, self.offsets, self.metadata, CommittedOffset)
+        replay = OffsetReplay(columns, self.offsets, self.metadata, self.topic_keys)
         row, count = 0, replay.count
         while row < count:
             stop = min(row + ROWS_A_CALL, count)
@@ -236,10 +250,10 @@ class _PartitionReplay:
         except CorruptRecordError as exc:
             raise StorageError(f"{OFFSETS_TOPIC}-{self.partition} offset {offset}: {exc}") from exc
 
-    def _metadata(self, group_id: str) -> GroupValue | None:
+    def _metadata(self, group_id: str) -> GroupFields | None:
         offset, value = self.metadata.get(group_id, (-1, None))
         try:
-            return None if value is None else decode_group_value(value)
+            return None if value is None else decode_group_fields(value)
         except CorruptRecordError as exc:
             raise StorageError(f"{OFFSETS_TOPIC}-{self.partition} offset {offset}: {exc}") from exc
 
@@ -261,7 +275,7 @@ class _PartitionReplay:
                 group = Group(group_id, partition)
                 group.consumer = consumer
             elif value is not None:
-                group = Group.from_value(group_id, partition, value, now)
+                group = Group.from_fields(group_id, partition, value, now)
             else:
                 group = Group(group_id, partition)
             group.offsets = group_offsets
