@@ -35,12 +35,17 @@ def packages():
 # what gets packaged and installed, not how fast it runs.
 OPTIMIZE = [] if any(flag.startswith("-O") for flag in os.environ.get("CFLAGS", "").split()) else ["-O3"]
 
+# The C headers the modules include: a change to one recompiles them (Cython tracks only its own includes).
+HEADERS = sorted(os.path.join("native", name) for name in os.listdir(os.path.join(HERE, "native"))
+                 if name.endswith(".h"))
+
 extensions = [
     Extension(
         "logstore.native." + name[:-4],
         [os.path.join("native", name)],
         include_dirs=["native"],
         extra_compile_args=OPTIMIZE,
+        depends=HEADERS,
     )
     for name in sorted(os.listdir(os.path.join(HERE, "native")))
     if name.endswith(".pyx")

@@ -205,8 +205,13 @@ def test_waits_from_many_threads_are_all_settled_while_the_sync_thread_comes_and
                                                                                      partitions):
     # A thread that ends as soon as it is idle: its end races the requests that start the next one.
     monkeypatch.setattr(logstore.dir_sync, "IDLE_EXIT_S", 0.0)
-    threads, waits = 4, 100
-    with _store(tmp_path / "d") as store:
+    waits_from_threads(tmp_path / "d", partitions, threads=4, waits=100)
+
+
+def waits_from_threads(path: Path, partitions: int, threads: int, waits: int) -> None:
+    """`threads` threads each append and wait `waits` times, one at a time, round the partitions: every
+    wait settles, and the recovery points end at the logs' ends."""
+    with _store(path) as store:
         logs = [store.log(TOPIC, p) for p in range(partitions)]
         failures: list[BaseException] = []
 
@@ -233,8 +238,13 @@ def test_waits_from_many_threads_are_all_settled_while_the_sync_thread_comes_and
 
 
 def test_acks_all_over_many_partitions_is_read_back_after_sigkill(tmp_path):
-    partitions, per_partition = 200, 20
-    broker = BrokerProcess("127.0.0.1", free_port(), tmp_path / "broker", ())
+    acks_all_read_back_after_sigkill(tmp_path / "broker", partitions=200, per_partition=20)
+
+
+def acks_all_read_back_after_sigkill(data_dir: Path, partitions: int, per_partition: int) -> None:
+    """A broker on `data_dir` acknowledges idempotent acks=all records spread over `partitions`, is killed,
+    and serves every acknowledged record after its restart."""
+    broker = BrokerProcess("127.0.0.1", free_port(), data_dir, ())
     broker.data_dir.mkdir()
     try:
         broker.start()
