@@ -126,7 +126,11 @@ def read_header_only(frame: bytes, api_key: int, version: int) -> RequestHeader:
     from kio.schema.request_header.v1 import RequestHeader as V1
     from kio.schema.request_header.v2 import RequestHeader as V2
     header_cls: type[RequestHeader] = V2 if version >= 3 else V1
-    header, _ = entity_reader(header_cls)(frame, 0)
+    try:
+        header, _ = entity_reader(header_cls)(frame, 0)
+    # As decode_request: a header that does not read closes the connection, with a line saying why.
+    except (DecodeError, KeyError, ValueError) as exc:
+        raise ProtocolError(f"api key {api_key} v{version}: {exc!r}") from None
     return header
 
 

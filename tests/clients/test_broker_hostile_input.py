@@ -103,6 +103,16 @@ def test_truncated_header_closes_the_connection(broker):
     s.close()
 
 
+def test_api_versions_from_the_future_with_a_header_cut_short_closes_the_connection(broker):
+    # Its body is never read (KIP-511), but its header must be: here the client id announces 16 bytes and
+    # none follow. The broker closes the connection as for any header it cannot read (and logs no traceback,
+    # which the fixture checks).
+    s = connect(broker)
+    s.sendall(framed(struct.pack(">hhih", API_VERSIONS, 9, 5, 16)))
+    assert_closed(s)
+    s.close()
+
+
 @pytest.mark.parametrize("api_key,version", [(999, 0), (-1, 0), (METADATA, 99), (0, 1)],
                          ids=["key-999", "key-minus-1", "metadata-v99", "produce-v1-advertised-not-served"])
 def test_unknown_api_key_or_version_closes_the_connection(broker, api_key, version):
