@@ -16,7 +16,9 @@ from typing import Protocol
 
 
 class Durable(Protocol):
-    """What can be waited on: `logstore.log.Log.when_durable`."""
+    """What can be waited on: `logstore.log.Log`'s `is_durable` and `when_durable`."""
+
+    def is_durable(self, offset: int) -> bool: ...
 
     def when_durable(self, offset: int, settle: Callable[[int | BaseException], None]) -> None: ...
 
@@ -76,6 +78,9 @@ async def until_durable(inbox: LoopInbox, waits: Sequence[tuple[Durable, int]],
                         timeout: float) -> list[BaseException | None]:
     """Wait until each (log, offset) is durable below offset, at most `timeout` s; per wait None, the
     storage error that failed it, or NotDurableInTime."""
+    if all(log.is_durable(offset) for log, offset in waits):
+        # Already durable (a log dir in memory, or an fsync that covered these appends): no wait to set up.
+        return [None] * len(waits)
     loop = inbox.loop   # the loop this runs on (asyncio.get_running_loop() costs a getpid(2) on Python 3.11)
     state = _Waits(len(waits), loop.create_future())
     for index, (log, offset) in enumerate(waits):

@@ -121,8 +121,10 @@ class GroupCommit:
         self._covered = covered
         self._name = name
         self._dir = dir_state if dir_state is not None else LogDirState(os.path.dirname(name) or ".")
-        # Reentrant: a truncation lowers the recovery point while holding `idle()`.
-        self._cond = threading.Condition(threading.RLock())
+        # Reentrant: a truncation lowers the recovery point while holding `idle()`. Writers' counts take the
+        # lock itself (C), not the condition's Python-level `with`: two per append.
+        self._mutex = threading.RLock()
+        self._cond = threading.Condition(self._mutex)
         self._recovery_point = recovery_point
         self._flushing = False
         self._closed = False
@@ -144,12 +146,12 @@ class GroupCommit:
 
     def begin_write(self) -> None:
         """An append is under way (call before taking the log's lock)."""
-        with self._cond:
+        with self._mutex:
             self._writes_started += 1
 
     def end_write(self) -> None:
         """The append begun last by this thread has written its bytes or failed."""
-        with self._cond:
+        with self._mutex:
             self._writes_done += 1
             if self._flushing:
                 self._cond.notify_all()
@@ -243,6 +245,12 @@ class GroupCommit:
         fut: Future[int] = Future()
         self.when_durable(offset, lambda point: _settle_future(fut, point))
         return fut
+
+    def is_durable(self, offset: int) -> bool:
+        """Whether every offset below `offset` is on disk now (on a log dir in memory: once written)."""
+        if self._in_memory and self._recovery_point < offset:
+            self._follow_end()
+        return self._recovery_point >= offset
 
     def when_durable(self, offset: int, settle: Settle) -> None:
         """Call `settle` once every offset below `offset` is on disk (with the recovery point), or with the

@@ -131,6 +131,8 @@ class Log:
                  epoch_cache: LeaderEpochCache | None = None, producers: ProducerStateManager | None = None,
                  fs: FileSystem = OS, dir_state: LogDirState | None = None):
         self.directory = directory
+        # segment.jitter.ms' stable per-partition draw (`_maybe_roll`): a hash of the path, taken once.
+        self._roll_draw = zlib.crc32(directory.encode())
         self.fs = fs
         # Shared by every log of the store in the same log dir: an I/O error in one takes them all offline.
         self.dir_state = dir_state if dir_state is not None else LogDirState(os.path.dirname(directory))
@@ -301,7 +303,7 @@ class Log:
         `durable=True` returns only after an fsync that covers this append,
         shared with concurrent appends.
         """
-        buf = records if not memoryview(records).readonly else bytearray(records)
+        buf = records if type(records) is bytearray or not memoryview(records).readonly else bytearray(records)
         config = self.config
         info = validated if validated is not None else self.validate(buf, client=client)
         # Without a work limit `validate` answers or raises.
@@ -424,7 +426,7 @@ class Log:
         segment = self._segments[-1]
         config = self.config
         # A stable per-partition jitter, so partitions created together do not all roll together.
-        roll_ms = config.segment_ms - (zlib.crc32(self.directory.encode()) % (config.segment_jitter_ms + 1)
+        roll_ms = config.segment_ms - (self._roll_draw % (config.segment_jitter_ms + 1)
                                        if config.segment_jitter_ms else 0)
         if (segment.is_full_for(size, config.segment_bytes, last_offset)
                 or (segment.size > 0 and segment.time_waited_for_roll(now, max_timestamp) > roll_ms)):
@@ -517,6 +519,10 @@ class Log:
     def durable(self, offset: int) -> Future[int]:
         """A future that completes once every offset below `offset` is on disk, without blocking."""
         return self._group.durable(offset)
+
+    def is_durable(self, offset: int) -> bool:
+        """Whether every offset below `offset` is on disk now (`GroupCommit.is_durable`)."""
+        return self._group.is_durable(offset)
 
     def when_durable(self, offset: int, settle: Settle) -> None:
         """Call `settle` with the recovery point once every offset below `offset` is on disk, or with the

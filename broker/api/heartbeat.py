@@ -3,7 +3,7 @@ READ on the GROUP, else GROUP_AUTHORIZATION_FAILED (Kafka's KafkaApis)."""
 from __future__ import annotations
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
-from logstore.broker.api.kit import AclOperation, ResourceType, coordinate, denied
+from logstore.broker.api.kit import AclOperation, ResourceType, coordinate_soon, denied
 from logstore.broker.protocol import ZERO_MS
 
 KEY = 12
@@ -15,6 +15,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
     groups = request.broker.groups
     error = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
     if not error:
-        error = (await coordinate(request, groups.heartbeat, body.group_id, body.generation_id, body.member_id,
-                                  getattr(body, "group_instance_id", None))).error
+        # A decision under the groups' lock that appends nothing: on the loop when the lock is free.
+        error = (await coordinate_soon(request, groups.lock, groups.heartbeat, body.group_id, body.generation_id,
+                                       body.member_id, getattr(body, "group_instance_id", None))).error
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, error_code=error)

@@ -7,12 +7,15 @@ reads back the last one, after a restart too.
 """
 from __future__ import annotations
 
+import struct
 import time
 from datetime import timedelta
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -21,13 +24,13 @@ from kio.schema.offset_commit.v8.request import (
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopics
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from kio_wire import read_response, request_frame
+from kio_wire import decode_response, read_response, request_frame
 from logstore.broker.coordinator.group_log import decode_offset_value, encode_offset_key
 from logstore.formats.kafka import encode_batch
-from raw_wire import TIMEOUT, connect
+from raw_wire import TIMEOUT, connect, recv_exactly
 from segment_files import batches, segment_paths
 
-OFFSET_COMMIT, OFFSET_FETCH, PRODUCE = 8, 9, 0
+OFFSET_COMMIT, OFFSET_FETCH, PRODUCE, FETCH = 8, 9, 0, 1
 COMMITS = 300
 PRODUCES = 300
 TIMEOUT_MS = timedelta(seconds=TIMEOUT)
@@ -126,3 +129,42 @@ def test_pipelined_produces_are_appended_in_request_order(broker):
             offsets.append(partition.base_offset)
     assert offsets == list(range(PRODUCES))
     assert _values(broker, topic, PRODUCES) == sent
+
+
+def _fetch(topic: str, max_wait_ms: int) -> FetchRequest:
+    return FetchRequest(
+        replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=64 << 20,
+        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+        topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
+            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=64 << 20),)),))
+
+
+def _record_values(data: bytes) -> list[bytes]:
+    """The values of a records field, as kafka-python reads them."""
+    records, values = MemoryRecords(data), []
+    while records.has_next():
+        values.extend(record.value for record in records.next_batch())
+    return values
+
+
+def test_a_ready_answer_waits_for_a_fetch_still_being_sent(broker):
+    # A ready answer is written at once only when nothing is owed before it. Here a Fetch answer of 16 MiB
+    # goes out as file ranges to a client that reads nothing yet, so its sending stalls on the full socket,
+    # and the OffsetCommit behind it, answered meanwhile, must wait its turn.
+    topic = "order-ranges"
+    _create(broker, topic)
+    values = [bytes([i]) * (1000 << 10) for i in range(16)]
+    with connect(broker) as s:
+        s.sendall(b"".join(request_frame(_produce(topic, value, 1), i) for i, value in enumerate(values)))
+        for i in range(len(values)):
+            correlation, produced = read_response(s, PRODUCE, 9)
+            assert (correlation, produced.responses[0].partition_responses[0].error_code) == (i, 0)
+        s.sendall(request_frame(_fetch(topic, 0), 100) + request_frame(_commit("order-g", topic, 7), 101))
+        (size,) = struct.unpack(">i", recv_exactly(s, 4))   # past recv_frame's 1 MiB bound, on purpose
+        correlation, fetched = decode_response(recv_exactly(s, size), FETCH, 12)
+        assert correlation == 100
+        assert _record_values(fetched.responses[0].partitions[0].records) == values
+        correlation, committed = read_response(s, OFFSET_COMMIT, 8)
+        assert (correlation, committed.topics[0].partitions[0].error_code) == (101, 0)
+    assert _committed(broker, "order-g", topic) == (7, "commit 7")
