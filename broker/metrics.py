@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from logstore.broker.coordinator.txn_log import TxnState
+from logstore.broker.protocol import PartitionRows
 from logstore.errors import ERROR_CODES, InvalidConfigError, LogStoreError
 
 if TYPE_CHECKING:
@@ -228,6 +229,8 @@ def error_codes(api_key: int, response: Any) -> list[int]:
         codes.append(0)   # the top-level error: no fetch sessions, never set
         for _, rows in response.topics:
             codes.extend(row[1] for row in rows)
+    elif isinstance(response, PartitionRows):
+        codes.extend(response.error_codes())
     elif is_dataclass(response):
         _kio_codes(response, codes)
     return codes

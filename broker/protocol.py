@@ -19,7 +19,7 @@ import struct
 from collections.abc import Sequence
 from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -29,7 +29,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from logstore.broker.array_bounds import check_and_strip
 from logstore.broker.fast_codec import Encoder, encoder_of
-from logstore.native.wire import ProduceRequest, WireError, decode_produce
+from logstore.native.wire import OffsetCommitRequest, ProduceRequest, WireError, decode_offset_commit, decode_produce
 
 if TYPE_CHECKING:
     from kio.serial.readers import Reader
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["SENDFILE_MIN_BYTES", "hold",
            "ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
            "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
-           "encode_kio", "decode_native_produce", "Part"]
+           "encode_kio", "decode_native_produce", "decode_native_offset_commit", "PartitionRows", "Part"]
 
 _API = struct.Struct(">hhi")
 _HEAD = struct.Struct(">ii")   # a response frame's size and correlation id
@@ -119,6 +119,14 @@ def decode_native_produce(frame: bytes) -> tuple[str | None, ProduceRequest]:
         return decode_produce(frame)
     except (WireError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"Produce v{peek_api(frame)[1]}: {exc}") from None
+
+
+def decode_native_offset_commit(frame: bytes) -> tuple[str | None, OffsetCommitRequest]:
+    """(client id, body) of an OffsetCommit frame, natively (kio's field names)."""
+    try:
+        return decode_offset_commit(frame)
+    except (WireError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"OffsetCommit v{peek_api(frame)[1]}: {exc}") from None
 
 
 def read_header_only(frame: bytes, api_key: int, version: int) -> RequestHeader:
@@ -202,6 +210,18 @@ def hold(file_slice: FileSlice) -> HeldSlice | bytes:
 
 # What a reply is sent as: bytes, and file ranges the sender reads or sendfiles itself.
 Part: TypeAlias = "bytes | HeldSlice"
+
+
+class PartitionRows(NamedTuple):
+    """An answer a native encoder writes (OffsetCommit's, Produce's): its throttle time (ms) and its topics,
+    each `(name, rows)` with one tuple a partition, `(index, error code, ...)` (the rest as the encoder says)."""
+
+    throttle_ms: int
+    topics: list[tuple[str, list[tuple[Any, ...]]]]
+
+    def error_codes(self) -> list[int]:
+        """Each partition's error code, in order (the metrics' errorCounts)."""
+        return [row[1] for _, rows in self.topics for row in rows]
 
 
 class PreEncoded:

@@ -1,4 +1,4 @@
-"""Type stubs for logstore.native.wire (the broker's Produce decoder and Fetch encoder)."""
+"""Type stubs for logstore.native.wire (the broker's hot codecs)."""
 from typing import Any, Protocol
 
 from typing_extensions import disjoint_base
@@ -28,3 +28,30 @@ class _Sized(Protocol):
 def decode_produce(frame: bytes | bytearray | memoryview) -> tuple[str | None, ProduceRequest]: ...
 def encode_fetch(correlation_id: int, version: int, error_code: int, session_id: int,
                  topics: list[tuple[str, list[tuple[Any, ...]]]]) -> list[bytes | _Sized]: ...
+
+@disjoint_base
+class OffsetCommitPartition:
+    partition_index: int
+    committed_offset: int
+    committed_leader_epoch: int
+    committed_metadata: str | None
+
+@disjoint_base
+class OffsetCommitTopic:
+    name: str
+    partitions: list[OffsetCommitPartition]
+
+@disjoint_base
+class OffsetCommitRequest:
+    group_id: str
+    generation_id_or_member_epoch: int
+    member_id: str
+    group_instance_id: str | None
+    retention_time: int
+    topics: list[OffsetCommitTopic]
+
+def decode_offset_commit(frame: bytes | bytearray | memoryview) -> tuple[str | None, OffsetCommitRequest]: ...
+def encode_offset_commit(correlation_id: int, version: int, throttle_ms: int,
+                         topics: list[tuple[str, list[tuple[int, int]]]]) -> list[bytes]: ...
+def encode_produce(correlation_id: int, version: int, throttle_ms: int,
+                   topics: list[tuple[str, list[tuple[Any, ...]]]]) -> list[bytes]: ...

@@ -1,7 +1,9 @@
 # cython: language_level=3
-"""The two hot codecs of the broker: Produce requests in, Fetch responses out.
+"""The hot codecs of the broker: Produce requests in, Fetch responses out, and
+the small exchanges every client repeats (small_wire.pxi: OffsetCommit
+requests, OffsetCommit and Produce responses).
 
-Every other request and response goes through kio; these two carry the
+Every other request and response goes through kio; the first two carry the
 record bytes. A Produce request is read in place: each partition's records
 is a memoryview of the frame, never a copy. A Fetch response is written as a
 list of parts, the framing in bytes and each partition's records left as the
@@ -365,3 +367,6 @@ def encode_fetch(int32_t correlation_id, int version, int16_t error_code, int32_
     first[0:4] = size.to_bytes(4, "big", signed=True)
     w.parts[0] = bytes(first)
     return w.parts
+
+
+include "small_wire.pxi"

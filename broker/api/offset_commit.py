@@ -10,6 +10,9 @@ expiry, as Kafka did. v9 (KIP-848) carries a consumer group member's
 epoch where a generation was: a member of such a group must commit with it
 (STALE_MEMBER_EPOCH otherwise) and at v9 or above (UNSUPPORTED_VERSION).
 
+Frames are read and answers written natively (`logstore.native.wire`), kio's
+bytes: this is the request a consumer sends most, after Fetch.
+
 Authorization (Kafka's KafkaApis): READ on the GROUP, else
 GROUP_AUTHORIZATION_FAILED on every partition; READ on each TOPIC, else
 TOPIC_AUTHORIZATION_FAILED on its partitions.
@@ -17,31 +20,33 @@ TOPIC_AUTHORIZATION_FAILED on its partitions.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from functools import cache
 
-from logstore.broker.api import KioMessage, Request, ResponsePayload, api, response_type
+from logstore.broker.api import KioMessage, Request, api
 from logstore.broker.api.group_calls import TopicPartition, millis
 from logstore.broker.api.kit import DENIED, AclOperation, ResourceType, authorized, coordinate_soon, denied, error_code
 from logstore.broker.coordinator.group_offsets import OffsetCommit
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.protocol import ErrorCode, PartitionRows, PreEncoded, decode_native_offset_commit
 from logstore.errors import CoordinatorNotAvailableError
+from logstore.native.wire import encode_offset_commit
 
 KEY = 8
 DEFAULT_RETENTION = -1
 # Kafka's offsets.commit.timeout.ms default: how long a commit waits to be durable.
 COMMIT_TIMEOUT_S = 5.0
-# The first version whose answer has throttle_time_ms.
-THROTTLE_FROM = 3
 
 # Each (topic, partition) asked once, as Kafka's maps of the request keep them: topics and partitions in
 # the order first asked, each with the entry asked last (kit.distinct_partitions' rule).
 Asked = dict[str, dict[int, KioMessage]]
 
 
-@api(KEY, 2, 9)
-async def handle(request: Request, body: KioMessage) -> ResponsePayload:
+def _encode(correlation_id: int, version: int, answer: PartitionRows) -> PreEncoded:
+    """The whole response frame, natively (kio's bytes: tests/broker/test_wire_small_codecs.py)."""
+    return PreEncoded(encode_offset_commit(correlation_id, version, answer.throttle_ms, answer.topics))
+
+
+@api(KEY, 2, 9, decode=decode_native_offset_commit, encode=_encode)
+async def handle(request: Request, body: KioMessage) -> PartitionRows:
     """Commit every partition asked that exists."""
     groups = request.broker.groups
     refused = denied(request, AclOperation.READ, ResourceType.GROUP, body.group_id)
@@ -66,7 +71,7 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
                 # Kafka answers a commit that timed out or failed to append COORDINATOR_NOT_AVAILABLE.
                 code = error_code(request, CoordinatorNotAvailableError(f"{OFFSETS_TOPIC} not written: {failed[0]}"))
                 codes.update({tp: code for tp, error in errors.items() if error is None})
-    return _answer(request.version, asked, codes)
+    return _answer(asked, codes)
 
 
 def _checked(request: Request, topics: tuple[KioMessage, ...], refused: ErrorCode
@@ -100,20 +105,8 @@ def _checked(request: Request, topics: tuple[KioMessage, ...], refused: ErrorCod
     return asked, offsets, codes
 
 
-@cache
-def _classes(version: int) -> tuple[Callable[..., ResponsePayload], type[KioMessage], type[KioMessage]]:
-    return (response_type(KEY, version), response_type(KEY, version, "OffsetCommitResponseTopic"),
-            response_type(KEY, version, "OffsetCommitResponsePartition"))
-
-
-def _answer(version: int, asked: Asked, codes: dict[TopicPartition, ErrorCode]) -> ResponsePayload:
-    """The answer's topics → partitions with an error code each, in the request's order (the classes made
-    directly: `build`'s pass over the fields of every version cost more than the rest of the answer)."""
-    response_cls, topic_cls, partition_cls = _classes(version)
+def _answer(asked: Asked, codes: dict[TopicPartition, ErrorCode]) -> PartitionRows:
+    """The answer's topics → (partition, error code) rows, in the request's order."""
     none = ErrorCode.none
-    topics = tuple(topic_cls(name=name, partitions=tuple(
-        partition_cls(partition_index=index, error_code=codes.get((name, index), none)) for index in rows))
-        for name, rows in asked.items())
-    if version < THROTTLE_FROM:
-        return response_cls(topics=topics)
-    return response_cls(throttle_time=ZERO_MS, topics=topics)
+    return PartitionRows(0, [(name, [(index, codes.get((name, index), none)) for index in rows])
+                             for name, rows in asked.items()])

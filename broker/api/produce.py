@@ -65,10 +65,9 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Never
+from typing import TYPE_CHECKING, Any, Never
 
-from logstore.broker.api import Request, ResponsePayload, api, build, response_type
+from logstore.broker.api import Request, api
 from logstore.broker.api.kit import (
     AclOperation,
     Outcome,
@@ -80,19 +79,18 @@ from logstore.broker.api.kit import (
     each_partition,
     failure,
     refuse,
-    topic_rows,
 )
 from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.coordinator.txn_metadata import TV_2
 from logstore.broker.durable_waits import NotDurableInTime
-from logstore.broker.protocol import ErrorCode, decode_native_produce
-from logstore.broker.request_time import request_throttle, throttle_field
+from logstore.broker.protocol import ErrorCode, PartitionRows, PreEncoded, decode_native_produce
+from logstore.broker.request_time import request_throttle
 from logstore.errors import LogStoreError
 from logstore.formats.protocol import record_errors
+from logstore.native.wire import encode_produce
 
 if TYPE_CHECKING:
-    from logstore.broker.api import KioMessage
     from logstore.formats.kafka import AppendInfo
     from logstore.log import AppendResult, Log
     from logstore.native.wire import ProducePartition, ProduceRequest
@@ -114,7 +112,6 @@ CHECK_THREADS = 2
 _checks = ThreadPoolExecutor(CHECK_THREADS, thread_name_prefix="produce-check")
 
 SHAPE = Shape(partitions="partition_data", index="index")
-FAILED = dict(base_offset=-1, log_append_time=None, log_start_offset=-1, record_errors=())
 Appended = tuple["AppendResult", "Log"]   # where a partition's batch landed, and its log (to wait for the fsync)
 Refused = dict[tuple[str, int], Outcome[Never]]   # partitions v12 could not put in their producer's transaction
 
@@ -140,27 +137,29 @@ class _Budget:
     left: int
 
 
-def _fields(result: PartitionResult[Appended], fsync_errors: dict[int, ErrorCode],
-            version: int) -> dict[str, object]:
-    """A partition's row: its offsets once appended, or the error (the fsync's, if that failed)."""
+def _row(result: PartitionResult[Appended], fsync_errors: dict[int, ErrorCode], version: int) -> tuple[Any, ...]:
+    """A partition's row as `encode_produce` writes it: its offsets once appended, or the error (the fsync's,
+    if that failed)."""
     if id(result) in fsync_errors:
-        return dict(FAILED, index=result.index, error_code=fsync_errors[id(result)], error_message=None)
-    if not result.outcome.ok:
-        return dict(FAILED, index=result.index, record_errors=_record_errors(result.outcome.exc, version))
-    info, _ = result.outcome.result
-    return dict(index=result.index, base_offset=info.first_offset, record_errors=(),
-                log_append_time=None if info.log_append_time < 0
-                else datetime.fromtimestamp(info.log_append_time / 1000, UTC),
-                log_start_offset=info.log_start_offset)
+        return (result.index, fsync_errors[id(result)], -1, -1, -1, (), None)
+    outcome = result.outcome
+    if not outcome.ok:
+        return (result.index, outcome.error, -1, -1, -1, _record_errors(outcome.exc, version), outcome.message)
+    info, _ = outcome.result
+    return (result.index, ErrorCode.none, info.first_offset, info.log_append_time, info.log_start_offset, (), None)
 
 
-def _record_errors(exc: LogStoreError | None, version: int) -> tuple[KioMessage, ...]:
+def _record_errors(exc: LogStoreError | None, version: int) -> list[tuple[int, str | None]]:
     """v8+'s `record_errors`: the records the validator refused one by one (Kafka's batchIndex and message)."""
     refused = record_errors(exc)
     if not refused or version < 8:
-        return ()
-    row = response_type(KEY, version, "BatchIndexAndErrorMessage")
-    return tuple(build(row, batch_index=e.batch_index, batch_index_error_message=e.message) for e in refused)
+        return []
+    return [(e.batch_index, e.message) for e in refused]
+
+
+def _encode(correlation_id: int, version: int, answer: PartitionRows) -> PreEncoded:
+    """The whole response frame, natively (kio's bytes: tests/broker/test_wire_small_codecs.py)."""
+    return PreEncoded(encode_produce(correlation_id, version, answer.throttle_ms, answer.topics))
 
 
 def _prepare(request: Request, topic: str, partition: int, records: memoryview | None, acks: int,
@@ -267,8 +266,8 @@ def _answer(request: Request, acks: int,
     return prepare
 
 
-@api(KEY, 0, 12, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0)
-async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | None:
+@api(KEY, 0, 12, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0, encode=_encode)
+async def handle(request: Request, body: ProduceRequest) -> PartitionRows | None:
     """Check every partition's batch, append those that pass, reply per partition (after the fsync for acks=-1)."""
     broker = request.broker
     version = request.version
@@ -312,10 +311,8 @@ async def handle(request: Request, body: ProduceRequest) -> ResponsePayload | No
                 fsync_errors[id(result)] = ErrorCode.kafka_storage_error
     if acks == 0:
         return None
-    topics = topic_rows(results, response_type(KEY, version, "TopicProduceResponse"),
-                        response_type(KEY, version, "PartitionProduceResponse"),
-                        lambda result: _fields(result, fsync_errors, version), partitions_field="partition_responses")
-    return build(response_type(KEY, version), throttle_time=throttle_field(throttle_ms), responses=topics)
+    return PartitionRows(throttle_ms, [(topic, [_row(result, fsync_errors, version) for result in rows])
+                                       for topic, rows in results])
 
 
 def _request_size(body: ProduceRequest) -> int:

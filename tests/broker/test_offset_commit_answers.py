@@ -1,13 +1,17 @@
-"""OffsetCommit's handler on a real in-process broker: its answer, built without the general kit path, must
-be the answer that path builds (`group_calls.known_partitions`' checks, `partition_codes`' rows), at every
-version served, and the offsets it commits those Kafka keeps: each partition once, its last entry winning."""
+"""OffsetCommit's handler on a real in-process broker, through its own codecs (native, read and written as
+kio does): its answer, built without the general kit path, must be the answer that path builds
+(`group_calls.known_partitions`' checks, `partition_codes`' rows), at every version served, and the offsets
+it commits those Kafka keeps: each partition once, its last entry winning."""
 from __future__ import annotations
 
 import asyncio
 import importlib
+import io
+from datetime import timedelta
 
 import pytest
 from kio.index import load_request_schema
+from kio.serial import entity_reader, entity_writer
 
 from logstore.broker.api import REGISTRY, Request, build, response_type
 from logstore.broker.api.group_calls import partition_codes
@@ -35,7 +39,7 @@ def _request(version: int, group: str, topics: list[tuple[str, list[tuple[int, i
     cls = load_request_schema(OFFSET_COMMIT, version)
     module = importlib.import_module(cls.__module__)
     return build(cls, group_id=group, generation_id_or_member_epoch=generation, member_id="", group_instance_id=None,
-                 retention_time=-1, topics=tuple(
+                 retention_time=timedelta(milliseconds=-1), topics=tuple(
                      build(module.OffsetCommitRequestTopic, name=name, partitions=tuple(
                          build(module.OffsetCommitRequestPartition, partition_index=index, committed_offset=offset,
                                committed_leader_epoch=-1, committed_metadata=metadata, commit_timestamp=-1)
@@ -43,8 +47,31 @@ def _request(version: int, group: str, topics: list[tuple[str, list[tuple[int, i
                      for name, partitions in topics))
 
 
+def _frame(version: int, body) -> bytes:
+    """The request frame a client sends for `body` (kio writes it)."""
+    header_cls = type(body).__header_schema__
+    header = header_cls(request_api_key=OFFSET_COMMIT, request_api_version=version, correlation_id=1,
+                        client_id="test")
+    out = io.BytesIO()
+    entity_writer(header_cls)(out, header)
+    entity_writer(type(body))(out, body)
+    return out.getvalue()
+
+
 def _commit(broker: Broker, version: int, body):
-    return asyncio.run(REGISTRY[OFFSET_COMMIT].handler(Request(broker, OFFSET_COMMIT, version, 1, "test"), body))
+    """The handler's answer to `body` as the client reads it: the frame decoded and the answer encoded by the
+    API's own codecs, the answer's bytes read back by kio."""
+    api = REGISTRY[OFFSET_COMMIT]
+    _, decoded = api.decode(_frame(version, body))
+    answer = asyncio.run(api.handler(Request(broker, OFFSET_COMMIT, version, 1, "test"), decoded))
+    frame = b"".join(api.encode(1, version, answer).parts)
+    assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+    response_cls = response_type(OFFSET_COMMIT, version)
+    header, header_size = entity_reader(response_cls.__header_schema__)(frame[4:], 0)
+    assert header.correlation_id == 1
+    response, body_size = entity_reader(response_cls)(frame[4:], header_size)
+    assert header_size + body_size == len(frame) - 4
+    return response
 
 
 @pytest.mark.parametrize("version", VERSIONS)
