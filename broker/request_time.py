@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.static.primitive import i32Timedelta
 
-from logstore.broker.protocol import ZERO_MS
+from logstore.broker.protocol import ZERO_MS, PartitionRows
 
 if TYPE_CHECKING:
     from logstore.broker.api import Request
@@ -107,7 +107,10 @@ def throttle_field(ms: int) -> i32Timedelta:
 
 
 def with_throttle_time(response: Any, ms: int) -> Any:
-    """A kio response with `throttle_time` set to `ms` (unchanged if it has no such field)."""
+    """A kio response with `throttle_time` set to `ms` (unchanged if it has no such field), or natively encoded
+    rows with their `throttle_ms`."""
+    if isinstance(response, PartitionRows):
+        return response._replace(throttle_ms=ms)
     if dataclasses.is_dataclass(response) and not isinstance(response, type) \
             and any(f.name == "throttle_time" for f in dataclasses.fields(response)):
         return dataclasses.replace(response, throttle_time=throttle_field(ms))

@@ -4,8 +4,10 @@ from __future__ import annotations
 import io
 import socket
 import struct
+from datetime import timedelta
 
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.serial import entity_reader, entity_writer
 
 from raw_wire import framed, recv_frame
@@ -37,3 +39,14 @@ def read_response(s: socket.socket, api_key: int, version: int):
 def correlation_id(frame: bytes) -> int:
     """The correlation id of a response frame, whatever its API."""
     return struct.unpack_from(">i", frame, 0)[0]
+
+
+def fetch_request(topic: str, partitions: list[int], *, max_bytes: int = 1 << 20, max_wait_ms: int = 0,
+                  partition_max_bytes: int = 1 << 20) -> FetchRequest:
+    """A Fetch v12 from offset 0 of each of `partitions` (repeats allowed)."""
+    return FetchRequest(
+        replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=max_bytes,
+        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
+        topics=(FetchTopic(topic=topic, partitions=tuple(FetchPartition(
+            partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
+            partition_max_bytes=partition_max_bytes) for p in partitions)),))

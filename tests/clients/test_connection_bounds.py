@@ -23,14 +23,13 @@ import os
 import socket
 import threading
 import time
-from datetime import timedelta
 
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.describe_configs.v4.request import DescribeConfigsRequest, DescribeConfigsResource
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
+from kio.schema.fetch.v12.request import FetchRequest
 
-from kio_wire import read_response, request_frame
+from kio_wire import fetch_request, read_response, request_frame
 from logstore.broker.connection import MAX_REPLIES_OWED
 from raw_wire import API_VERSIONS, TIMEOUT, api_versions_v0, connect
 
@@ -67,12 +66,7 @@ def topic_with_records(broker, topic: str, partitions: int = 1) -> None:
 
 def fetch(topic: str, partitions: list[int], max_bytes: int = 1 << 20, max_wait_ms: int = 0) -> FetchRequest:
     """A Fetch v12 from offset 0 of each of `partitions` (repeats allowed), not waiting."""
-    return FetchRequest(
-        replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=max_bytes,
-        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
-        topics=(FetchTopic(topic=topic, partitions=tuple(FetchPartition(
-            partition=p, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=1 << 20) for p in partitions)),))
+    return fetch_request(topic, partitions, max_bytes=max_bytes, max_wait_ms=max_wait_ms)
 
 
 class Attack:

@@ -16,12 +16,10 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import timedelta
 
 from confluent_kafka.admin import AdminClient, NewTopic
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 
-from kio_wire import correlation_id, request_frame
+from kio_wire import correlation_id, fetch_request, request_frame
 from raw_wire import API_VERSIONS, TIMEOUT, api_versions_v0, assert_closed, connect, framed, header_v1, recv_frame
 from test_connection_bounds import broker_fds
 
@@ -109,22 +107,13 @@ def test_zero_per_ip_needs_overrides(tmp_path):
     assert "max.connections.per.ip can be set to zero only if max.connections.per.ip.overrides" in result.stderr
 
 
-def _fetch_waiting(topic: str, max_wait_ms: int) -> FetchRequest:
-    return FetchRequest(
-        replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=1 << 20,
-        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
-        topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=1 << 20),)),))
-
-
 def test_parked_fetches_do_not_fill_the_request_queue(start_broker):
     broker = start_broker("queued.max.requests=2")
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     admin.create_topics([NewTopic("empty", 1)])["empty"].result(TIMEOUT)
     pollers = [connect(broker) for _ in range(4)]
     for i, s in enumerate(pollers):
-        s.sendall(request_frame(_fetch_waiting("empty", max_wait_ms=int(TIMEOUT * 1000)), i))
+        s.sendall(request_frame(fetch_request("empty", [0], max_wait_ms=int(TIMEOUT * 1000)), i))
     # Twice as many parked Fetches as the queue holds, and another connection is still read and answered.
     other = connect(broker)
     _answered(other, 10)

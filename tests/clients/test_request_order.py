@@ -15,7 +15,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.record.memory_records import MemoryRecords
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.offset_commit.v8.request import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
@@ -24,7 +23,7 @@ from kio.schema.offset_commit.v8.request import (
 from kio.schema.offset_fetch.v8.request import OffsetFetchRequest, OffsetFetchRequestGroup, OffsetFetchRequestTopics
 from kio.schema.produce.v9.request import PartitionProduceData, ProduceRequest, TopicProduceData
 
-from kio_wire import decode_response, read_response, request_frame
+from kio_wire import decode_response, fetch_request, read_response, request_frame
 from logstore.broker.coordinator.group_log import decode_offset_value, encode_offset_key
 from logstore.formats.kafka import encode_batch
 from raw_wire import TIMEOUT, connect, recv_exactly
@@ -131,15 +130,6 @@ def test_pipelined_produces_are_appended_in_request_order(broker):
     assert _values(broker, topic, PRODUCES) == sent
 
 
-def _fetch(topic: str, max_wait_ms: int) -> FetchRequest:
-    return FetchRequest(
-        replica_id=-1, max_wait=timedelta(milliseconds=max_wait_ms), min_bytes=1, max_bytes=64 << 20,
-        isolation_level=0, session_id=0, session_epoch=-1, rack_id="", forgotten_topics_data=(),
-        topics=(FetchTopic(topic=topic, partitions=(FetchPartition(
-            partition=0, current_leader_epoch=-1, fetch_offset=0, last_fetched_epoch=-1, log_start_offset=-1,
-            partition_max_bytes=64 << 20),)),))
-
-
 def _record_values(data: bytes) -> list[bytes]:
     """The values of a records field, as kafka-python reads them."""
     records, values = MemoryRecords(data), []
@@ -160,7 +150,8 @@ def test_a_ready_answer_waits_for_a_fetch_still_being_sent(broker):
         for i in range(len(values)):
             correlation, produced = read_response(s, PRODUCE, 9)
             assert (correlation, produced.responses[0].partition_responses[0].error_code) == (i, 0)
-        s.sendall(request_frame(_fetch(topic, 0), 100) + request_frame(_commit("order-g", topic, 7), 101))
+        everything = fetch_request(topic, [0], max_bytes=64 << 20, partition_max_bytes=64 << 20)
+        s.sendall(request_frame(everything, 100) + request_frame(_commit("order-g", topic, 7), 101))
         (size,) = struct.unpack(">i", recv_exactly(s, 4))   # past recv_frame's 1 MiB bound, on purpose
         correlation, fetched = decode_response(recv_exactly(s, size), FETCH, 12)
         assert correlation == 100
