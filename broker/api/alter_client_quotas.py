@@ -33,6 +33,9 @@ from logstore.broker.protocol import ZERO_MS, ErrorCode
 from logstore.broker.quotas import Alteration
 
 KEY = 49
+# A message echoes the entity and keys asked, each up to 32767 bytes, while v0's error_message has an int16
+# length: kept to this many characters (4 UTF-8 bytes each at most), cut with an ellipsis.
+MESSAGE_CHARS = 4096
 
 
 @api(KEY, 0, 1)
@@ -57,7 +60,14 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
                 answers[key] = (ErrorCode.none, None) if message is None else (ErrorCode.invalid_request, message)
     entity_cls = response_type(KEY, request.version, "EntityData")
     entry_cls = response_type(KEY, request.version, "EntryData")
-    entries = tuple(build(entry_cls, error_code=code, error_message=message,
+    entries = tuple(build(entry_cls, error_code=code, error_message=_fitting(message),
                           entity=tuple(build(entity_cls, entity_type=kind, entity_name=name) for kind, name in entity))
                     for entity, (code, message) in answers.items())
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, entries=entries)
+
+
+def _fitting(message: str | None) -> str | None:
+    """`message`, cut to MESSAGE_CHARS so that any version's error_message can carry it."""
+    if message is None or len(message) <= MESSAGE_CHARS:
+        return message
+    return message[:MESSAGE_CHARS - 1] + "\u2026"

@@ -12,8 +12,9 @@ What must hold, each measured, not assumed:
   few replies owed per connection (the hostile topics hold little, and Fetch replies are file ranges);
 - broker fds stay under the idle count plus two per connection (hostile, well-behaved; a socket closed by
   the client may stay open until the broker reads its end) plus FDS_PER_PARTITION for each partition the
-  broker gained meanwhile (the well-behaved topic, what the hostile load created), and return to within
-  IDLE_FD_SLACK of that once the hostile load has stopped;
+  broker gained meanwhile (the well-behaved topic, what the hostile load created: at its peak, counted in
+  the data dir, since the hostile load may create thousands and delete them again), and return to within
+  IDLE_FD_SLACK of that once the hostile load has stopped (counted from the partitions left);
 - the broker still answers ApiVersions and logged no traceback or unretrieved task exception.
 """
 from __future__ import annotations
@@ -51,8 +52,10 @@ class Sampler:
     """The broker's RSS and fd count, sampled from /proc on a thread of its own."""
 
     pid: int
+    data_dir: Path
     rss_kib: list[int] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
+    partitions: list[int] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def sample(self) -> tuple[int, int]:
@@ -61,10 +64,15 @@ class Sampler:
                    if line.startswith("VmRSS:"))
         return rss, len(os.listdir(f"/proc/{self.pid}/fd"))
 
+    def partition_dirs(self) -> int:
+        """How many `<topic>-<partition>` directories the broker's log dir holds now (not those deleted)."""
+        return sum(1 for name in os.listdir(self.data_dir) if name.rpartition("-")[2].isdigit())
+
     def __enter__(self) -> Sampler:
         self._stop.clear()
         self.rss_kib.clear()
         self.fds.clear()
+        self.partitions.clear()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -74,6 +82,7 @@ class Sampler:
             rss, fds = self.sample()
             self.rss_kib.append(rss)
             self.fds.append(fds)
+            self.partitions.append(self.partition_dirs())
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
@@ -230,12 +239,13 @@ def wait_fds_at_most(sampler: Sampler, bound: int, timeout: float) -> int:
 def hostile_soak(broker, seconds: float, solo_seconds: float, seed: int, connections: int) -> dict[str, object]:
     """The whole loop; asserts what the module docstring lists and returns the measured numbers."""
     prefix = f"hostile{seed}"
-    sampler = Sampler(broker.proc.pid)
+    sampler = Sampler(broker.proc.pid, broker.data_dir)
     with sampler:
         solo = well_behaved(broker.bootstrap, f"solo-{seed}", solo_seconds)
     solo_rss = max(sampler.rss_kib, default=sampler.sample()[0])
     idle_fds = sampler.sample()[1]
     partitions_before = partitions_of(broker.bootstrap)
+    dirs_before = sampler.partition_dirs()
 
     hostile = hostile_process(broker, seconds, seed, connections, prefix)
     try:
@@ -251,7 +261,8 @@ def hostile_soak(broker, seconds: float, solo_seconds: float, seed: int, connect
     assert broker.running, f"the broker died (seed {seed}): {broker.proc.returncode}\n{broker.log_text()[-4000:]}"
 
     new_partitions = partitions_of(broker.bootstrap) - partitions_before
-    fd_bound = idle_fds + 2 * (connections + WELL_BEHAVED_CONNECTIONS) + FDS_PER_PARTITION * new_partitions
+    peak_new_partitions = max([new_partitions, *(n - dirs_before for n in sampler.partitions)])
+    fd_bound = idle_fds + 2 * (connections + WELL_BEHAVED_CONNECTIONS) + FDS_PER_PARTITION * peak_new_partitions
     rss_bound_kib = solo_rss + connections * 2 * MAX_REQUEST_BYTES // 1024 + RSS_MARGIN_MIB * 1024
     settled_bound = idle_fds + FDS_PER_PARTITION * new_partitions + IDLE_FD_SLACK
     settled = wait_fds_at_most(sampler, settled_bound, TIMEOUT)
@@ -262,7 +273,8 @@ def hostile_soak(broker, seconds: float, solo_seconds: float, seed: int, connect
         "acked_beside": beside.acked, "solo_rss_mib": solo_rss // 1024,
         "peak_rss_mib": max(sampler.rss_kib) // 1024, "rss_bound_mib": rss_bound_kib // 1024,
         "idle_fds": idle_fds, "peak_fds": max(sampler.fds), "fd_bound": fd_bound, "settled_fds": settled,
-        "settled_bound": settled_bound, "new_partitions": new_partitions, "hostile": summary["stats"],
+        "settled_bound": settled_bound, "new_partitions": new_partitions,
+        "peak_new_partitions": peak_new_partitions, "hostile": summary["stats"],
     }
     print(f"hostile soak: {json.dumps(numbers)}")
     # Every check is made and all that failed are reported together: one broker bug must not hide another.

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from kio.schema.alter_client_quotas.v0 import request as v0
 
 import quota_broker
+from logstore.broker.admin_client import AdminClient
 from logstore.broker.quota_store import CLIENT_QUOTAS_FILE
 from quota_broker import alter, describe, described
 
@@ -92,3 +94,18 @@ def test_a_corrupt_quota_file_stops_the_start_naming_it(start_broker):
     assert str(broker.data_dir / CLIENT_QUOTAS_FILE) in broker.log_text()
     (broker.data_dir / CLIENT_QUOTAS_FILE).unlink()
     broker.start()
+
+
+def test_a_message_echoing_long_names_still_fits_v0s_error_message(start_broker):
+    # Found by the hostile soak (seed 680966563): a message naming the entity twice ran past the 32767 bytes
+    # of v0's int16-length string, its encoding failed and the connection closed instead of answering.
+    long_name = "n" * 20_000
+    entity = (v0.EntityData(entity_type="user", entity_name=long_name),
+              v0.EntityData(entity_type="client-id", entity_name=long_name))
+    entry = v0.EntryData(entity=entity, ops=(v0.OpData(key="producer_byte_rate", value=1.0, remove=False),))
+    with AdminClient(start_broker().bootstrap) as admin:
+        [answer] = admin.request(v0.AlterClientQuotasRequest(entries=(entry, entry), validate_only=True)).entries
+    assert answer.error_code == 42   # INVALID_REQUEST: the entity named twice
+    assert answer.error_message.startswith("Ignoring duplicate entity ClientQuotaEntity(entries={")
+    assert answer.error_message.endswith("\u2026") and len(answer.error_message) == 4096
+    assert [(e.entity_type, e.entity_name) for e in answer.entity] == [("client-id", long_name), ("user", long_name)]
