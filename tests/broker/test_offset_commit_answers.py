@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import io
 from datetime import timedelta
 
 import pytest
 from kio.index import load_request_schema
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from logstore.broker.api import REGISTRY, Request, build, response_type
 from logstore.broker.api.group_calls import partition_codes
 from logstore.broker.config import BrokerConfig
 from logstore.broker.protocol import ZERO_MS, ErrorCode, encode_kio
 from logstore.broker.server import Broker
+from test_wire_codecs import _write
 
 OFFSET_COMMIT = 8
 VERSIONS = range(2, 10)
@@ -52,10 +52,7 @@ def _frame(version: int, body) -> bytes:
     header_cls = type(body).__header_schema__
     header = header_cls(request_api_key=OFFSET_COMMIT, request_api_version=version, correlation_id=1,
                         client_id="test")
-    out = io.BytesIO()
-    entity_writer(header_cls)(out, header)
-    entity_writer(type(body))(out, body)
-    return out.getvalue()
+    return _write(header_cls, header) + _write(type(body), body)
 
 
 def _commit(broker: Broker, version: int, body):
