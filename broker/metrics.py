@@ -38,7 +38,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from prometheus_client.exposition import choose_encoder
 
 from logstore.broker.coordinator.txn_log import TxnState
-from logstore.broker.protocol import PartitionRows
+from logstore.broker.protocol import NATIVE_ANSWERS
 from logstore.errors import ERROR_CODES, InvalidConfigError, LogStoreError
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ def error_codes(api_key: int, response: Any) -> list[int]:
         codes.append(0)   # the top-level error: no fetch sessions, never set
         for _, rows in response.topics:
             codes.extend(row[1] for row in rows)
-    elif isinstance(response, PartitionRows):
+    elif isinstance(response, NATIVE_ANSWERS):
         codes.extend(response.error_codes())
     elif is_dataclass(response):
         _kio_codes(response, codes)

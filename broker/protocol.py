@@ -16,10 +16,10 @@ from __future__ import annotations
 import os
 import resource
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from functools import cache
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias, TypeVar, cast
 
 from kio.index import UnknownAPIKey, UnknownEntity, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -29,7 +29,7 @@ from kio.static.primitive import i32, i32Timedelta
 
 from logstore.broker.array_bounds import check_and_strip
 from logstore.broker.fast_codec import Encoder, encoder_of
-from logstore.native.wire import OffsetCommitRequest, ProduceRequest, WireError, decode_offset_commit, decode_produce
+from logstore.native.wire import WireError, decode_offset_commit, decode_produce
 
 if TYPE_CHECKING:
     from kio.serial.readers import Reader
@@ -40,8 +40,10 @@ if TYPE_CHECKING:
 __all__ = ["SENDFILE_MIN_BYTES", "hold",
            "ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
            "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
-           "encode_kio", "decode_native_produce", "decode_native_offset_commit", "PartitionRows", "Part"]
+           "encode_kio", "native_decoder", "decode_native_produce", "decode_native_offset_commit", "PartitionRows",
+           "EndTxnAnswer", "NATIVE_ANSWERS", "Part"]
 
+B = TypeVar("B")
 _API = struct.Struct(">hhi")
 _HEAD = struct.Struct(">ii")   # a response frame's size and correlation id
 ZERO_MS = i32Timedelta.parse(timedelta(0))
@@ -113,20 +115,20 @@ def decode_kio(frame: bytes) -> tuple[str | None, RequestPayload]:
     return header.client_id, body
 
 
-def decode_native_produce(frame: bytes) -> tuple[str | None, ProduceRequest]:
-    """(client id, body) of a Produce frame, natively: the records stay views of the frame."""
-    try:
-        return decode_produce(frame)
-    except (WireError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"Produce v{peek_api(frame)[1]}: {exc}") from None
+def native_decoder(decode: Callable[[bytes], tuple[str | None, B]],
+                   name: str) -> Callable[[bytes], tuple[str | None, B]]:
+    """`decode`, a native decoder of whole frames, with what it cannot read as a ProtocolError naming `name`."""
+    def decode_frame(frame: bytes) -> tuple[str | None, B]:
+        try:
+            return decode(frame)
+        except (WireError, UnicodeDecodeError) as exc:
+            raise ProtocolError(f"{name} v{peek_api(frame)[1]}: {exc}") from None
+    return decode_frame
 
 
-def decode_native_offset_commit(frame: bytes) -> tuple[str | None, OffsetCommitRequest]:
-    """(client id, body) of an OffsetCommit frame, natively (kio's field names)."""
-    try:
-        return decode_offset_commit(frame)
-    except (WireError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"OffsetCommit v{peek_api(frame)[1]}: {exc}") from None
+# (client id, body) of a frame, natively with kio's field names; Produce's records stay views of the frame.
+decode_native_produce = native_decoder(decode_produce, "Produce")
+decode_native_offset_commit = native_decoder(decode_offset_commit, "OffsetCommit")
 
 
 def read_header_only(frame: bytes, api_key: int, version: int) -> RequestHeader:
@@ -222,6 +224,23 @@ class PartitionRows(NamedTuple):
     def error_codes(self) -> list[int]:
         """Each partition's error code, in order (the metrics' errorCounts)."""
         return [row[1] for _, rows in self.topics for row in rows]
+
+
+class EndTxnAnswer(NamedTuple):
+    """EndTxn's answer, which its native encoder writes: the producer id and epoch to go on with from v5."""
+
+    throttle_ms: int
+    error_code: int
+    producer_id: int
+    producer_epoch: int
+
+    def error_codes(self) -> list[int]:
+        """The answer's one error code (the metrics' errorCounts)."""
+        return [self.error_code]
+
+
+# The answers native encoders write: each has a `throttle_ms` and its `error_codes()`.
+NATIVE_ANSWERS = (PartitionRows, EndTxnAnswer)
 
 
 class PreEncoded:

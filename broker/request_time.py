@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from kio.static.primitive import i32Timedelta
 
-from logstore.broker.protocol import ZERO_MS, PartitionRows
+from logstore.broker.protocol import NATIVE_ANSWERS, ZERO_MS
 
 if TYPE_CHECKING:
     from logstore.broker.api import Request
@@ -107,9 +107,9 @@ def throttle_field(ms: int) -> i32Timedelta:
 
 
 def with_throttle_time(response: Any, ms: int) -> Any:
-    """A kio response with `throttle_time` set to `ms` (unchanged if it has no such field), or natively encoded
-    rows with their `throttle_ms`."""
-    if isinstance(response, PartitionRows):
+    """A kio response with `throttle_time` set to `ms` (unchanged if it has no such field), or a natively
+    encoded answer with its `throttle_ms`."""
+    if isinstance(response, NATIVE_ANSWERS):
         return response._replace(throttle_ms=ms)
     if dataclasses.is_dataclass(response) and not isinstance(response, type) \
             and any(f.name == "throttle_time" for f in dataclasses.fields(response)):

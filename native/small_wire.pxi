@@ -56,18 +56,25 @@ cdef class OffsetCommitRequest:
                 f"topics={self.topics!r})")
 
 
+cdef int16_t request_head(Cursor* c, const uint8_t[::1] view, int16_t first, int16_t last, str name) except? -1:
+    """Point `c` at the frame in `view`, past the api key, version and correlation id; the version, which
+    must be in first..last."""
+    c.data = &view[0] if view.shape[0] else NULL
+    c.pos = 0
+    c.end = view.shape[0]
+    read_i16(c)
+    cdef int16_t version = read_i16(c)
+    read_i32(c)
+    if not first <= version <= last:
+        raise WireError(f"{name} v{version} is not decoded here")
+    return version
+
+
 def decode_offset_commit(frame):
     """(client_id, OffsetCommitRequest) of a whole OffsetCommit v2-9 frame (the bytes after the size)."""
     cdef const uint8_t[::1] view = frame
     cdef Cursor c
-    c.data = &view[0] if view.shape[0] else NULL
-    c.pos = 0
-    c.end = view.shape[0]
-    read_i16(&c)
-    cdef int16_t version = read_i16(&c)
-    read_i32(&c)
-    if not 2 <= version <= 9:
-        raise WireError(f"OffsetCommit v{version} is not decoded here")
+    cdef int16_t version = request_head(&c, view, 2, 9, "OffsetCommit")
     cdef bint flexible = version >= OFFSET_COMMIT_FIRST_FLEXIBLE
     # The header's client id is an int16 string in header v1 and v2 alike.
     client_id = read_string(&c, False, True)
@@ -151,9 +158,16 @@ def encode_offset_commit(int32_t correlation_id, int version, int32_t throttle_m
     cdef _Writer w = response_head(correlation_id, flexible)
     if version >= 3:
         w.i32(throttle_ms)
-    w.length(len(topics), flexible)
+    partition_errors(w, topics, flexible)
+    return framed(w)
+
+
+cdef int partition_errors(_Writer w, list topics, bint flexible) except -1:
+    """What OffsetCommit and AddPartitionsToTxn answers end with: topics of (partition_index, error_code)
+    rows, and the body's tag section."""
     cdef tuple row
     cdef list rows
+    w.length(len(topics), flexible)
     for name, rows in topics:
         w.string(name, flexible)
         w.length(len(rows), flexible)
@@ -166,7 +180,7 @@ def encode_offset_commit(int32_t correlation_id, int version, int32_t throttle_m
             w.uvarint(0)
     if flexible:
         w.uvarint(0)
-    return framed(w)
+    return 0
 
 
 def encode_produce(int32_t correlation_id, int version, int32_t throttle_ms, list topics):

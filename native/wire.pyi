@@ -55,3 +55,30 @@ def encode_offset_commit(correlation_id: int, version: int, throttle_ms: int,
                          topics: list[tuple[str, list[tuple[int, int]]]]) -> list[bytes]: ...
 def encode_produce(correlation_id: int, version: int, throttle_ms: int,
                    topics: list[tuple[str, list[tuple[Any, ...]]]]) -> list[bytes]: ...
+
+@disjoint_base
+class AddPartitionsToTxnTopic:
+    name: str
+    partitions: list[int]
+
+@disjoint_base
+class AddPartitionsToTxnRequest:
+    v3_and_below_transactional_id: str
+    v3_and_below_producer_id: int
+    v3_and_below_producer_epoch: int
+    v3_and_below_topics: list[AddPartitionsToTxnTopic]
+
+@disjoint_base
+class EndTxnRequest:
+    transactional_id: str
+    producer_id: int
+    producer_epoch: int
+    committed: bool
+
+def decode_add_partitions_to_txn(frame: bytes | bytearray | memoryview
+                                 ) -> tuple[str | None, AddPartitionsToTxnRequest]: ...
+def decode_end_txn(frame: bytes | bytearray | memoryview) -> tuple[str | None, EndTxnRequest]: ...
+def encode_add_partitions_to_txn(correlation_id: int, version: int, throttle_ms: int,
+                                 topics: list[tuple[str, list[tuple[int, int]]]]) -> list[bytes]: ...
+def encode_end_txn(correlation_id: int, version: int, throttle_ms: int, error_code: int, producer_id: int,
+                   producer_epoch: int) -> list[bytes]: ...

@@ -1,7 +1,8 @@
 # cython: language_level=3
 """The hot codecs of the broker: Produce requests in, Fetch responses out, and
 the small exchanges every client repeats (small_wire.pxi: OffsetCommit
-requests, OffsetCommit and Produce responses).
+requests, OffsetCommit and Produce responses; txn_wire.pxi: AddPartitionsToTxn
+and EndTxn, both ways).
 
 Every other request and response goes through kio; the first two carry the
 record bytes. A Produce request is read in place: each partition's records
@@ -370,3 +371,4 @@ def encode_fetch(int32_t correlation_id, int version, int16_t error_code, int32_
 
 
 include "small_wire.pxi"
+include "txn_wire.pxi"

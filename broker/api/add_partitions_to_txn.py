@@ -16,7 +16,9 @@ as v0-3 adds them (the coordinator keys the transaction on version 0: only
 Produce v12 and TxnOffsetCommit v5 make a transaction version 2 one).
 
 Version notes: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2; v3 is
-flexible; v5 only adds TRANSACTION_ABORTABLE to what may be answered.
+flexible; v5 only adds TRANSACTION_ABORTABLE to what may be answered. v0-3
+frames are read and answered natively (`logstore.native.wire`, kio's bytes):
+every transaction of a producer sends one.
 
 Authorization (Kafka's KafkaApis): WRITE on each TRANSACTIONAL_ID, else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED on every partition of it; WRITE on each
@@ -25,7 +27,6 @@ OPERATION_NOT_ATTEMPTED, and nothing is added.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from functools import cache
 
 from logstore.broker.api import KioMessage, Request, ResponsePayload, api, build, response_type
@@ -40,8 +41,18 @@ from logstore.broker.api.kit import (
     distinct_partitions,
 )
 from logstore.broker.api.txn_calls import durably
-from logstore.broker.protocol import ZERO_MS, ErrorCode
+from logstore.broker.protocol import (
+    ZERO_MS,
+    ErrorCode,
+    PartitionRows,
+    PreEncoded,
+    decode_kio,
+    encode_kio,
+    native_decoder,
+    peek_api,
+)
 from logstore.errors import UnknownTopicOrPartitionError
+from logstore.native.wire import decode_add_partitions_to_txn, encode_add_partitions_to_txn
 
 KEY = 24
 SHAPE = Shape(index=None)
@@ -78,18 +89,12 @@ async def _errors(request: Request, transactional_id: str, producer_id: int, pro
 
 
 @cache
-def _response(version: int) -> Callable[..., ResponsePayload]:
-    return response_type(KEY, version)
-
-
-@cache
 def _result_classes(version: int) -> tuple[type[KioMessage], type[KioMessage]]:
     return (response_type(KEY, version, "AddPartitionsToTxnTopicResult"),
             response_type(KEY, version, "AddPartitionsToTxnPartitionResult"))
 
 
 def _topic_results(version: int, asked_partitions: AskedPartitions, errors: Errors) -> tuple[KioMessage, ...]:
-    # The classes made directly, not through `build`: every transaction of a producer answers one of these.
     topic_cls, partition_cls = _result_classes(version)
     none = ErrorCode.none
     return tuple(topic_cls(name=name, results_by_partition=tuple(
@@ -97,16 +102,33 @@ def _topic_results(version: int, asked_partitions: AskedPartitions, errors: Erro
         for name, rows in asked_partitions)
 
 
-@api(KEY, 0, 5)
-async def handle(request: Request, body: KioMessage) -> ResponsePayload:
+_decode_native = native_decoder(decode_add_partitions_to_txn, "AddPartitionsToTxn")
+
+
+def _decode(frame: bytes) -> tuple[str | None, KioMessage]:
+    """Producers' versions natively, the batched ones (brokers') through kio."""
+    if peek_api(frame)[1] < BATCHED_FROM:
+        return _decode_native(frame)
+    return decode_kio(frame)
+
+
+def _encode(correlation_id: int, version: int, answer: PartitionRows | ResponsePayload) -> PreEncoded:
+    if isinstance(answer, PartitionRows):
+        return PreEncoded(encode_add_partitions_to_txn(correlation_id, version, answer.throttle_ms, answer.topics))
+    return encode_kio(correlation_id, version, answer)
+
+
+# A batched request is a broker's, and may be large: decoded off the loop as kio's are.
+@api(KEY, 0, 5, decode=_decode, encode=_encode, offload=True)
+async def handle(request: Request, body: KioMessage) -> PartitionRows | ResponsePayload:
     """Add every partition asked, or none (v4+: per transaction, or verify them)."""
     version = request.version
     if version < BATCHED_FROM:
         asked = distinct_partitions(body.v3_and_below_topics, SHAPE)
         errors = await _errors(request, body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                                body.v3_and_below_producer_epoch, asked)
-        return _response(version)(throttle_time=ZERO_MS,
-                                  results_by_topic_v3_and_below=_topic_results(version, asked, errors))
+        none = ErrorCode.none
+        return PartitionRows(0, [(name, [(p, errors.get((name, p), none)) for p, _ in rows]) for name, rows in asked])
     result_cls = response_type(KEY, version, "AddPartitionsToTxnResult")
     refused = denied(request, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER)
     results = []

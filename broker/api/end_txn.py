@@ -15,29 +15,33 @@ Behavior:
   transaction is allowed (a bump, no markers). v0-4 answer no producer id.
 
 Version notes: PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v2; v4 only
-adds TRANSACTION_ABORTABLE, which EndTxn never answers here.
+adds TRANSACTION_ABORTABLE, which EndTxn never answers here. Frames are read
+and answered natively (`logstore.native.wire`, kio's bytes): every
+transaction ends with one.
 
 Authorization: WRITE on the TRANSACTIONAL_ID (else
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED), as Kafka.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import cache
-
-from logstore.broker.api import KioMessage, Request, ResponsePayload, api, response_type
+from logstore.broker.api import Request, api
 from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.txn_metadata import TV_0, TV_2
-from logstore.broker.protocol import ZERO_MS
+from logstore.broker.protocol import EndTxnAnswer, PreEncoded, native_decoder
+from logstore.native.wire import EndTxnRequest, decode_end_txn, encode_end_txn
 
 KEY = 26
 # The first version of transaction version 2 (Kafka's EndTxnRequest: version > 4).
 EPOCH_BUMP_FROM = 5
 
 
-@api(KEY, 0, 5)
-async def handle(request: Request, body: KioMessage) -> ResponsePayload:
+def _encode(correlation_id: int, version: int, answer: EndTxnAnswer) -> PreEncoded:
+    return PreEncoded(encode_end_txn(correlation_id, version, *answer))
+
+
+@api(KEY, 0, 5, decode=native_decoder(decode_end_txn, "EndTxn"), encode=_encode)
+async def handle(request: Request, body: EndTxnRequest) -> EndTxnAnswer:
     """End the transaction the way the producer asked."""
     pid, epoch = -1, -1
     error = denied(request, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id)
@@ -49,12 +53,5 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
         error = outcome.error
         if outcome.ok:
             pid, epoch = outcome.result
-    # The class made directly, not through `build`: every transaction ends with one of these.
-    if request.version < EPOCH_BUMP_FROM:
-        return _response(request.version)(throttle_time=ZERO_MS, error_code=error)
-    return _response(request.version)(throttle_time=ZERO_MS, error_code=error, producer_id=pid, producer_epoch=epoch)
-
-
-@cache
-def _response(version: int) -> Callable[..., ResponsePayload]:
-    return response_type(KEY, version)
+    # v0-4 have no producer id or epoch: the encoder writes them from v5 only.
+    return EndTxnAnswer(0, error, pid, epoch)

@@ -14,7 +14,7 @@ from kio.index import load_request_schema
 from logstore.broker.api import REGISTRY, Request, build
 from logstore.broker.config import BrokerConfig
 from logstore.broker.coordinator.txn_log import TxnState
-from logstore.broker.protocol import ErrorCode
+from logstore.broker.protocol import ErrorCode, PartitionRows
 from logstore.broker.server import Broker
 
 ADD_PARTITIONS, END_TXN = 24, 26
@@ -66,8 +66,8 @@ def _add_partitions(broker: Broker):
     return REGISTRY[ADD_PARTITIONS].handler(Request(broker, ADD_PARTITIONS, 3, 1, "test"), body)
 
 
-def _codes(answer) -> list[ErrorCode]:
-    return [p.partition_error_code for t in answer.results_by_topic_v3_and_below for p in t.results_by_partition]
+def _codes(answer: PartitionRows) -> list[int]:
+    return answer.error_codes()
 
 
 def test_an_add_whose_fsync_fails_answers_coordinator_not_available_and_leaves_the_id_free(broker, monkeypatch):

@@ -176,6 +176,9 @@ def test_the_counters_say_what_the_workload_did(metered, topic):
     assert value(m, "kafka_network_requestmetrics_errors_total", request="CreateTopics",
                  error="INVALID_TOPIC_EXCEPTION") == 1
     assert total(m, "kafka_network_requestmetrics_requests_total", request="EndTxn") == 2
+    # The natively encoded transaction answers count their codes too: one per EndTxn, one per partition added.
+    assert value(m, "kafka_network_requestmetrics_errors_total", request="EndTxn", error="NONE") == 2
+    assert value(m, "kafka_network_requestmetrics_errors_total", request="AddPartitionsToTxn", error="NONE") == 2
 
     # Transactions: the id's last one aborted; both timed. Producer ids: the idempotent producer's in three
     # partitions, the transactional one's in one.

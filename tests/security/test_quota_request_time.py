@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from logstore.broker.api import Request
-from logstore.broker.protocol import PartitionRows
+from logstore.broker.protocol import EndTxnAnswer, PartitionRows
 from logstore.broker.quotas import ClientQuotas
 from logstore.broker.request_time import in_pool, measured, with_throttle_time
 
@@ -64,8 +64,10 @@ def test_a_client_without_a_quota_is_never_throttled(tmp_path):
     assert progress.muted_ms == 0
 
 
-def test_natively_encoded_rows_carry_the_throttle_time_too():
-    # OffsetCommit and Produce answer PartitionRows, which their native encoders write with `throttle_ms`.
+def test_natively_encoded_answers_carry_the_throttle_time_too():
+    # OffsetCommit, Produce and AddPartitionsToTxn answer PartitionRows, EndTxn an EndTxnAnswer: their native
+    # encoders write `throttle_ms`.
     rows = PartitionRows(0, [("t", [(0, 0)])])
     assert with_throttle_time(rows, 250) == PartitionRows(250, [("t", [(0, 0)])])
+    assert with_throttle_time(EndTxnAnswer(0, 0, 5, 1), 250) == EndTxnAnswer(250, 0, 5, 1)
     assert with_throttle_time(_Answer(timedelta(0), 3), 250) == _Answer(timedelta(milliseconds=250), 3)
