@@ -17,6 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Any
 
 from logstore.errors import InvalidConfigError
@@ -278,7 +279,7 @@ class LogConfig:
         by_attribute = {attribute: name for name, (attribute, *_rest) in TOPIC_CONFIGS.items()}
         return {by_attribute[f.name]: getattr(self, f.name) for f in fields(self)}
 
-    @property
+    @cached_property
     def log_append_time(self) -> bool:
         """Whether the broker stamps batches with its own clock."""
         return self.message_timestamp_type == "LogAppendTime"
@@ -288,12 +289,12 @@ class LogConfig:
         """Whether retention deletes old segments (cleanup.policy has `delete`)."""
         return "delete" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def compacts(self) -> bool:
         """Whether the cleaner compacts the log (cleanup.policy has `compact`)."""
         return "compact" in self.cleanup_policy.split(",")
 
-    @property
+    @cached_property
     def recompresses(self) -> bool:
         """Whether appended batches are stored in the topic's codec rather than the producer's."""
         return self.compression_type != "producer"

@@ -137,6 +137,7 @@ class Log:
         # Shared by every log of the store in the same log dir: an I/O error in one takes them all offline.
         self.dir_state = dir_state if dir_state is not None else LogDirState(os.path.dirname(directory))
         self.topic, self.partition = parse_partition_dir(os.path.basename(directory))
+        self._name = f"{self.topic}-{self.partition}"   # as Kafka's messages name the partition
         self.config = config
         self.format = fmt
         self.recovery_report = report
@@ -268,11 +269,9 @@ class Log:
         if not client:
             info = self.format.validate_append(records, client=False)
         else:
-            rules = RecordRules(now=int(time.time() * 1000), partition=f"{self.topic}-{self.partition}",
-                                create_time=not config.log_append_time,
-                                timestamp_before_max_ms=config.message_timestamp_before_max_ms,
-                                timestamp_after_max_ms=config.message_timestamp_after_max_ms,
-                                keys_required=config.compacts)
+            rules = RecordRules(int(time.time() * 1000), self._name, not config.log_append_time,
+                                config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms,
+                                config.compacts)
             if work_limit < 0:
                 info = self.format.validate_append(records, max_batch_size=config.max_message_bytes, rules=rules)
             else:

@@ -11,7 +11,6 @@ any object with the buffer protocol (bytes, bytearray, memoryview, mmap).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple, Protocol, runtime_checkable
 
 from logstore.errors import InvalidRecordError, InvalidTimestampError
@@ -43,8 +42,7 @@ ENTRIES_FULL = 2
 ENTRIES_OTHER = 3
 
 
-@dataclass(frozen=True)
-class RecordRules:
+class RecordRules(NamedTuple):
     """What Kafka's LogValidator holds every produced record to beyond its framing, from the topic's config.
 
     `now` is the broker's clock (ms) the timestamps are judged by: with
@@ -52,6 +50,7 @@ class RecordRules:
     must lie in [now - timestamp_before_max_ms, now + timestamp_after_max_ms];
     with `keys_required` (a compacted topic) every record needs a key.
     `partition` (`topic-index`) names the partition in Kafka's messages.
+    A tuple rather than a frozen dataclass: one is made for every produced batch.
     """
 
     now: int
