@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, NamedTuple, TypedDict, Unpack
 
 from logstore.checkpoints import LEADER_EPOCH_CHECKPOINT, fsync_dir
 from logstore.config import LogConfig
@@ -72,9 +72,9 @@ MAX_TIMESTAMP = -3
 EARLIEST_LOCAL_TIMESTAMP = -4
 
 
-@dataclass(frozen=True)
-class AppendResult:
-    """Where an append landed: its offsets, the max timestamp, the broker's time if it stamped them."""
+class AppendResult(NamedTuple):
+    """Where an append landed: its offsets, the max timestamp, the broker's time if it stamped them (a tuple:
+    every append makes one, and a frozen dataclass costs four times as much to make)."""
 
     first_offset: int
     last_offset: int

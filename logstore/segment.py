@@ -316,6 +316,8 @@ class LogSegment:
             # pwrite at our own idea of the end: the descriptor's file offset is never trusted.
             fd = self.file.acquire()
             try:
+                # Almost always one write: no slice is made for it.
+                written = self.fs.pwrite(fd, view, position)
                 while written < len(view):
                     written += self.fs.pwrite(fd, view[written:], position + written)
             finally:
