@@ -73,13 +73,7 @@ def test_offset_commit_decodes_as_kio_writes_it(request):
                 for index, offset, epoch, metadata in partitions]) for name, partitions in topics]
 
 
-@settings(max_examples=300, deadline=None)
-@given(offset_commits, st.data())
-def test_a_truncated_offset_commit_frame_is_a_wire_error(request, data):
-    frame = kio_offset_commit_frame(*request)
-    cut = data.draw(st.integers(0, len(frame) - 1))
-    with pytest.raises(WireError):
-        decode_offset_commit(frame[:cut])
+# A truncated OffsetCommit frame is a WireError: test_wire_txn_codecs.py's test_a_truncated_frame_is_a_wire_error.
 
 
 @pytest.mark.parametrize("version", [7, 8])

@@ -17,11 +17,12 @@ from logstore.native.wire import (
     WireError,
     decode_add_partitions_to_txn,
     decode_end_txn,
+    decode_offset_commit,
     encode_add_partitions_to_txn,
     encode_end_txn,
 )
 from test_wire_codecs import I16, I32, I64, NAMES, _schema, _write
-from test_wire_small_codecs import CODES, _reads_back
+from test_wire_small_codecs import CODES, _reads_back, kio_offset_commit_frame, offset_commits
 
 ADD_PARTITIONS, END_TXN = 24, 26
 
@@ -75,8 +76,10 @@ def test_end_txn_decodes_as_kio_writes_it(request):
 
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(add_partitions.map(lambda r: (decode_add_partitions_to_txn, kio_add_partitions_frame(*r))),
-                 end_txns.map(lambda r: (decode_end_txn, kio_end_txn_frame(*r)))), st.data())
+                 end_txns.map(lambda r: (decode_end_txn, kio_end_txn_frame(*r))),
+                 offset_commits.map(lambda r: (decode_offset_commit, kio_offset_commit_frame(*r)))), st.data())
 def test_a_truncated_frame_is_a_wire_error(decoder_and_frame, data):
+    """Every native decoder of the small requests, OffsetCommit's included."""
     decode, frame = decoder_and_frame
     cut = data.draw(st.integers(0, len(frame) - 1))
     with pytest.raises(WireError):
