@@ -27,7 +27,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from logstore.native.file_map import FileMap, fs_type, syncfs
+from logstore.native.file_map import FileMap, fs_type, pwrite_holding_gil, syncfs
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -122,6 +122,11 @@ class FileSystem(Protocol):
         """The whole content of a small file."""
 
 
+# Writes up to this size go to the page cache in microseconds: they keep the GIL (larger ones let it go, as
+# `os.pwrite` does, so other threads run while they copy).
+PWRITE_HOLDING_GIL_MAX = 64 * 1024
+
+
 class OsFileSystem:
     """The real file system: each call is the `os` function of the same name."""
 
@@ -142,7 +147,9 @@ class OsFileSystem:
         return os.preadv(fd, [buf], position)
 
     def pwrite(self, fd: int, data: Buffer, position: int) -> int:
-        """Write `data` at `position`; the bytes written."""
+        """Write `data` at `position`; the bytes written (a small write keeps the GIL: `pwrite_holding_gil`)."""
+        if memoryview(data).nbytes <= PWRITE_HOLDING_GIL_MAX:
+            return pwrite_holding_gil(fd, data, position)
         return os.pwrite(fd, data, position)
 
     def write(self, fd: int, data: Buffer) -> int:

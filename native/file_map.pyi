@@ -1,7 +1,11 @@
-"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor; syncfs, fs_type)."""
+"""Type stubs for logstore.native.file_map (a shared file mapping that holds no descriptor; syncfs, fs_type,
+pwrite_holding_gil)."""
 from typing import final
 
+from typing_extensions import Buffer
+
 def syncfs(fd: int) -> None: ...
+def pwrite_holding_gil(fd: int, data: Buffer, position: int) -> int: ...
 def fs_type(path: str) -> int: ...
 
 @final

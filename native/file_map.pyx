@@ -14,7 +14,7 @@ Bytes read through the buffer protocol here are not guarded: callers that
 may meet a damaged file read through the index cores.
 
 `syncfs` and `fs_type` (statfs(2)'s f_type) are here too, as the file-system calls Python's `os`
-lacks.
+lacks, and `pwrite_holding_gil`, a pwrite that `os` only offers with the GIL let go.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
 from libc.errno cimport errno
@@ -25,6 +25,10 @@ import os
 
 cdef extern from "<unistd.h>" nogil:
     int c_syncfs "syncfs"(int fd)
+    ssize_t c_pwrite "pwrite"(int fd, const void* buf, size_t count, long offset)
+
+from libc.errno cimport EINTR
+from cpython.exc cimport PyErr_CheckSignals
 
 
 cdef extern from "<sys/vfs.h>" nogil:
@@ -55,6 +59,26 @@ def syncfs(int fd):
         rc = c_syncfs(fd)
     if rc != 0:
         raise OSError(errno, os.strerror(errno))
+
+
+def pwrite_holding_gil(int fd, const unsigned char[::1] data, long position):
+    """pwrite(2) of `data` at `position` without letting the GIL go; the bytes written, OSError on failure.
+
+    `os.pwrite` releases the GIL around the call. For a small write into the page cache (a few µs) that
+    hands the GIL to whichever thread waits for it, and the caller then waits to get it back: with an
+    fsync thread finishing, an append on the event loop measured 22 µs instead of 2. The loop is held
+    up by the write either way; this keeps the other threads from taking the GIL for that moment."""
+    cdef ssize_t n
+    cdef size_t count = data.shape[0]
+    cdef const void* start = &data[0] if count else NULL
+    while True:
+        n = c_pwrite(fd, start, count, position)
+        if n >= 0:
+            return n
+        if errno != EINTR:
+            raise OSError(errno, os.strerror(errno))
+        # As PEP 475 retries: a handler that raises ends the call.
+        PyErr_CheckSignals()
 
 
 cdef class FileMap:
