@@ -9,6 +9,7 @@ import pytest
 import logstore.formats.kafka as K
 from logstore.config import LogConfig
 from logstore.errors import InvalidRecordError, OffsetOutOfRangeError, RecordBatchTooLargeError, RecordTooLargeError
+from logstore.filesystem import OsFileSystem
 from logstore.log import Log
 
 TS = 1_700_000_000_000
@@ -190,10 +191,10 @@ def test_durable_appends_share_fsyncs(tmp_path, monkeypatch):
     """Appends that arrive while an fsync runs are all covered by the next one."""
     writes = threading.Condition()
     state = {"writes": 0, "syncs": 0}
-    real_write, real_sync = os.pwrite, os.fdatasync
+    real_write, real_sync = OsFileSystem.pwrite, os.fdatasync
 
-    def counting_write(fd, data, position):
-        n = real_write(fd, data, position)
+    def counting_write(self, fd, data, position):
+        n = real_write(self, fd, data, position)
         with writes:
             state["writes"] += 1
             writes.notify_all()
@@ -208,7 +209,8 @@ def test_durable_appends_share_fsyncs(tmp_path, monkeypatch):
         real_sync(fd)
 
     with Log.open(str(tmp_path / "t-0")) as log:
-        monkeypatch.setattr(os, "pwrite", counting_write)
+        # At the file-system seam: a small write does not go through os.pwrite (`pwrite_holding_gil`).
+        monkeypatch.setattr(OsFileSystem, "pwrite", counting_write)
         monkeypatch.setattr(os, "fdatasync", slow_first_sync)
         results = []
         threads = [threading.Thread(target=lambda: results.append(log.append_records([b"x"], durable=True)))
