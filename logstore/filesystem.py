@@ -148,8 +148,9 @@ class OsFileSystem:
 
     def pwrite(self, fd: int, data: Buffer, position: int) -> int:
         """Write `data` at `position`; the bytes written (a small write keeps the GIL: `pwrite_holding_gil`)."""
-        if memoryview(data).nbytes <= PWRITE_HOLDING_GIL_MAX:
-            return pwrite_holding_gil(fd, data, position)
+        view = memoryview(data)
+        if view.nbytes <= PWRITE_HOLDING_GIL_MAX and view.c_contiguous:
+            return pwrite_holding_gil(fd, view.cast("B"), position)
         return os.pwrite(fd, data, position)
 
     def write(self, fd: int, data: Buffer) -> int:

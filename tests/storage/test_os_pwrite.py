@@ -2,6 +2,7 @@
 the same bytes on disk and the same errors either way."""
 from __future__ import annotations
 
+import array
 import errno
 import os
 
@@ -32,6 +33,17 @@ def test_any_contiguous_buffer_is_written(fd, buffer):
     data = buffer(b"..payload")
     assert pwrite_holding_gil(fd, data, 3) == len(memoryview(data))
     assert os.pread(fd, 64, 3) == bytes(memoryview(data))
+
+
+def test_a_buffer_of_other_items_or_strides_meets_what_os_pwrite_does(fd):
+    words = memoryview(array.array("i", range(8)))
+    assert OS.pwrite(fd, words, 0) == words.nbytes
+    assert os.pread(fd, 64, 0) == words.tobytes()
+    strided = memoryview(bytearray(b"abcdefgh"))[::2]
+    with pytest.raises(BufferError):
+        os.pwrite(fd, strided, 100)
+    with pytest.raises(BufferError):
+        OS.pwrite(fd, strided, 100)
 
 
 def test_a_failed_write_is_the_oserror_os_pwrite_raises(tmp_path):
