@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["SENDFILE_MIN_BYTES", "hold",
            "ErrorCode", "ProtocolError", "UnsupportedRequest", "ZERO_MS", "decode_request", "encode_response",
            "peek_api", "HeldSlice", "PreEncoded", "ResponseFrame", "encode_body", "frame_of_body", "decode_kio",
-           "encode_kio", "native_decoder", "decode_native_produce", "decode_native_offset_commit", "PartitionRows",
-           "EndTxnAnswer", "NATIVE_ANSWERS", "Part"]
+           "encode_kio", "native_decoder", "native_encoder", "decode_native_produce", "decode_native_offset_commit",
+           "PartitionRows", "EndTxnAnswer", "NATIVE_ANSWERS", "Part"]
 
 B = TypeVar("B")
 _API = struct.Struct(">hhi")
@@ -124,6 +124,14 @@ def native_decoder(decode: Callable[[bytes], tuple[str | None, B]],
         except (WireError, UnicodeDecodeError) as exc:
             raise ProtocolError(f"{name} v{peek_api(frame)[1]}: {exc}") from None
     return decode_frame
+
+
+def native_encoder(encode: Callable[..., list[bytes]]) -> Callable[[int, int, Any], PreEncoded]:
+    """A native answer encoder as an API's: `encode(correlation id, version, *answer)`, the answer's fields in
+    the encoder's order (`PartitionRows`: throttle_ms, topics; `EndTxnAnswer`: all four)."""
+    def encode_frame(correlation_id: int, version: int, answer: Any) -> PreEncoded:
+        return PreEncoded(encode(correlation_id, version, *answer))
+    return encode_frame
 
 
 # (client id, body) of a frame, natively with kio's field names; Produce's records stay views of the frame.

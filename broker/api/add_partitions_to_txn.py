@@ -49,6 +49,7 @@ from logstore.broker.protocol import (
     decode_kio,
     encode_kio,
     native_decoder,
+    native_encoder,
     peek_api,
 )
 from logstore.errors import UnknownTopicOrPartitionError
@@ -112,9 +113,13 @@ def _decode(frame: bytes) -> tuple[str | None, KioMessage]:
     return decode_kio(frame)
 
 
+_encode_native = native_encoder(encode_add_partitions_to_txn)
+
+
 def _encode(correlation_id: int, version: int, answer: PartitionRows | ResponsePayload) -> PreEncoded:
+    """Producers' versions natively, the batched ones through kio (as `_decode`)."""
     if isinstance(answer, PartitionRows):
-        return PreEncoded(encode_add_partitions_to_txn(correlation_id, version, answer.throttle_ms, answer.topics))
+        return _encode_native(correlation_id, version, answer)
     return encode_kio(correlation_id, version, answer)
 
 

@@ -28,7 +28,7 @@ from logstore.broker.api import Request, api
 from logstore.broker.api.kit import AclOperation, ResourceType, denied
 from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.txn_metadata import TV_0, TV_2
-from logstore.broker.protocol import EndTxnAnswer, PreEncoded, native_decoder
+from logstore.broker.protocol import EndTxnAnswer, native_decoder, native_encoder
 from logstore.native.wire import EndTxnRequest, decode_end_txn, encode_end_txn
 
 KEY = 26
@@ -36,11 +36,7 @@ KEY = 26
 EPOCH_BUMP_FROM = 5
 
 
-def _encode(correlation_id: int, version: int, answer: EndTxnAnswer) -> PreEncoded:
-    return PreEncoded(encode_end_txn(correlation_id, version, *answer))
-
-
-@api(KEY, 0, 5, decode=native_decoder(decode_end_txn, "EndTxn"), encode=_encode)
+@api(KEY, 0, 5, decode=native_decoder(decode_end_txn, "EndTxn"), encode=native_encoder(encode_end_txn))
 async def handle(request: Request, body: EndTxnRequest) -> EndTxnAnswer:
     """End the transaction the way the producer asked."""
     pid, epoch = -1, -1

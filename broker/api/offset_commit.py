@@ -26,7 +26,7 @@ from logstore.broker.api.group_calls import TopicPartition, millis
 from logstore.broker.api.kit import DENIED, AclOperation, ResourceType, authorized, coordinate_soon, denied, error_code
 from logstore.broker.coordinator.group_offsets import OffsetCommit
 from logstore.broker.coordinator.internal_topics import OFFSETS_TOPIC
-from logstore.broker.protocol import ErrorCode, PartitionRows, PreEncoded, decode_native_offset_commit
+from logstore.broker.protocol import ErrorCode, PartitionRows, decode_native_offset_commit, native_encoder
 from logstore.errors import CoordinatorNotAvailableError
 from logstore.native.wire import encode_offset_commit
 
@@ -40,12 +40,8 @@ COMMIT_TIMEOUT_S = 5.0
 Asked = dict[str, dict[int, KioMessage]]
 
 
-def _encode(correlation_id: int, version: int, answer: PartitionRows) -> PreEncoded:
-    """The whole response frame, natively (kio's bytes: tests/broker/test_wire_small_codecs.py)."""
-    return PreEncoded(encode_offset_commit(correlation_id, version, answer.throttle_ms, answer.topics))
-
-
-@api(KEY, 2, 9, decode=decode_native_offset_commit, encode=_encode)
+# Answers written natively: kio's bytes (tests/broker/test_wire_small_codecs.py).
+@api(KEY, 2, 9, decode=decode_native_offset_commit, encode=native_encoder(encode_offset_commit))
 async def handle(request: Request, body: KioMessage) -> PartitionRows:
     """Commit every partition asked that exists."""
     groups = request.broker.groups

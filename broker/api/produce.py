@@ -84,7 +84,7 @@ from logstore.broker.api.txn_calls import durably
 from logstore.broker.coordinator.transaction import INTERNAL_TOPICS
 from logstore.broker.coordinator.txn_metadata import TV_2
 from logstore.broker.durable_waits import NotDurableInTime
-from logstore.broker.protocol import ErrorCode, PartitionRows, PreEncoded, decode_native_produce
+from logstore.broker.protocol import ErrorCode, PartitionRows, decode_native_produce, native_encoder
 from logstore.broker.request_time import request_throttle
 from logstore.errors import LogStoreError
 from logstore.formats.protocol import record_errors
@@ -155,11 +155,6 @@ def _record_errors(exc: LogStoreError | None, version: int) -> list[tuple[int, s
     if not refused or version < 8:
         return []
     return [(e.batch_index, e.message) for e in refused]
-
-
-def _encode(correlation_id: int, version: int, answer: PartitionRows) -> PreEncoded:
-    """The whole response frame, natively (kio's bytes: tests/broker/test_wire_small_codecs.py)."""
-    return PreEncoded(encode_produce(correlation_id, version, answer.throttle_ms, answer.topics))
 
 
 def _prepare(request: Request, topic: str, partition: int, records: memoryview | None, acks: int,
@@ -266,7 +261,9 @@ def _answer(request: Request, acks: int,
     return prepare
 
 
-@api(KEY, 0, 12, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0, encode=_encode)
+# Answers written natively: kio's bytes (tests/broker/test_wire_small_codecs.py).
+@api(KEY, 0, 12, accept_from=3, decode=decode_native_produce, replies=lambda body: body.acks != 0,
+     encode=native_encoder(encode_produce))
 async def handle(request: Request, body: ProduceRequest) -> PartitionRows | None:
     """Check every partition's batch, append those that pass, reply per partition (after the fsync for acks=-1)."""
     broker = request.broker
