@@ -17,7 +17,8 @@ may meet a damaged file read through the index cores.
 lacks, and `pwrite_holding_gil`, a pwrite that `os` only offers with the GIL let go.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
-from libc.errno cimport errno
+from cpython.exc cimport PyErr_CheckSignals
+from libc.errno cimport EINTR, errno
 from posix.mman cimport MADV_RANDOM, MAP_FAILED, MAP_SHARED, MS_SYNC, PROT_READ, PROT_WRITE, madvise, mmap, msync, munmap
 
 import os
@@ -26,9 +27,6 @@ import os
 cdef extern from "<unistd.h>" nogil:
     int c_syncfs "syncfs"(int fd)
     ssize_t c_pwrite "pwrite"(int fd, const void* buf, size_t count, long offset)
-
-from libc.errno cimport EINTR
-from cpython.exc cimport PyErr_CheckSignals
 
 
 cdef extern from "<sys/vfs.h>" nogil:
