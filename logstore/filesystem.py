@@ -36,6 +36,7 @@ __all__ = ["FileSystem", "OsFileSystem", "OS", "MEMORY_FILE_SYSTEMS"]
 
 # statfs(2) magic numbers of the file systems kept only in memory: tmpfs (and /dev/shm), ramfs.
 MEMORY_FILE_SYSTEMS = frozenset({0x01021994, 0x858458F6})
+MEMINFO = "/proc/meminfo"
 
 
 @runtime_checkable
@@ -111,6 +112,9 @@ class FileSystem(Protocol):
 
     def memory_backed(self, path: str) -> bool:
         """Whether `path` is on a file system kept only in memory, whose syncs write nothing and never wait."""
+
+    def unwritten_bytes(self) -> int | None:
+        """File data the kernel holds that is not on its device yet, machine-wide (None when unknown)."""
 
     def mtime(self, path: str) -> float:
         """The file's modification time (seconds since the epoch)."""
@@ -236,6 +240,21 @@ class OsFileSystem:
             return fs_type(path) in MEMORY_FILE_SYSTEMS
         except OSError:
             return False
+
+    def unwritten_bytes(self) -> int | None:
+        """/proc/meminfo's Dirty plus Writeback: what a syncfs of any file system may have to write first."""
+        try:
+            with open(MEMINFO, "rb") as f:
+                text = f.read()
+        except OSError:
+            return None
+        total = 0
+        for name in (b"\nDirty:", b"\nWriteback:"):
+            at = text.find(name)
+            if at < 0:
+                return None
+            total += int(text[at + len(name):text.index(b"kB", at)])
+        return total * 1024
 
     def mtime(self, path: str) -> float:
         """The file's modification time (seconds since the epoch)."""

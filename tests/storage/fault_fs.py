@@ -180,6 +180,9 @@ class FaultFileSystem(OsFileSystem):
         self._write_rules: list[_WriteRule] = []
         self.boundaries: list[Boundary] = []
         self.dead = False
+        # The machine's file data not yet written back, as `unwritten_bytes` reports it: unknown unless a
+        # test says (a test of the choice between syncs sets it; the real one would make runs differ).
+        self.unwritten: int | None = None
 
     # -- rules -------------------------------------------------------------------------------
 
@@ -553,6 +556,10 @@ class FaultFileSystem(OsFileSystem):
     def memory_backed(self, path: str) -> bool:
         """Never: this is a disk whose unsynced writes a power cut drops, wherever its files are."""
         return False
+
+    def unwritten_bytes(self) -> int | None:
+        """What the test set as the machine's unwritten file data (`unwritten`), not the kernel's figure."""
+        return self.unwritten
 
     def syncfs(self, path: str) -> None:
         """syncfs(2), a boundary: every tracked file and directory on `path`'s device is what a crash keeps."""

@@ -22,18 +22,21 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import logstore.dir_sync
 import logstore.durability
+import logstore.filesystem
 import logstore.log
 from clients.broker_process import BrokerProcess, finish_brokers, free_port
 from fault_fs import FaultFileSystem, SimulatedPowerLoss
 from logstore.checkpoints import CLEAN_SHUTDOWN_MARKER
-from logstore.dir_sync import SHARED_MIN, DirSyncer
+from logstore.dir_sync import QUIET_UNWRITTEN_MAX, SHARED_MIN, DirSyncer
 from logstore.errors import StorageError
+from logstore.filesystem import OsFileSystem
 from logstore.manager import LogManager
 from power_loss import MODES, DeferredFlusher
 
 TOPIC = "spread"
 WIDE = 2 * SHARED_MIN      # partitions of a window that shares one syncfs
-NARROW = SHARED_MIN - 1    # partitions of a window synced one by one
+NARROW = SHARED_MIN - 1    # partitions of a window synced one by one while much else is unwritten
+BUSY = QUIET_UNWRITTEN_MAX + 1   # the machine's unwritten file data that keeps narrow windows to fdatasyncs
 WAIT = 30
 
 
@@ -97,6 +100,7 @@ def _store(d: Path, fs: FaultFileSystem | None = None, segment_bytes: int = 1 <<
 
 def test_a_wide_window_takes_one_syncfs_and_a_narrow_one_a_sync_per_partition(tmp_path, pool):
     fs = FaultFileSystem(real_syncs=False)
+    fs.unwritten = BUSY
     store = _store(tmp_path / "d", fs)
     acked: dict[int, list[bytes]] = {p: [] for p in range(WIDE)}
     # A partition's first append writes its leader-epoch checkpoint (fsync, rename, directory fsync) itself.
@@ -118,6 +122,39 @@ def test_a_wide_window_takes_one_syncfs_and_a_narrow_one_a_sync_per_partition(tm
             assert [r.value for r in again.log(TOPIC, p).iter_records()] == acked[p]
 
 
+@pytest.mark.parametrize("unwritten", [0, QUIET_UNWRITTEN_MAX, QUIET_UNWRITTEN_MAX + 1, None])
+def test_a_narrow_window_shares_a_syncfs_only_while_little_else_is_unwritten(tmp_path, pool, unwritten):
+    fs = FaultFileSystem(real_syncs=False)
+    store = _store(tmp_path / "d", fs)
+    acked: dict[int, list[bytes]] = {p: [] for p in range(WIDE)}
+    assert _wait_all(store, pool, range(WIDE), acked, lambda p: b"first %d" % p) == [1] * WIDE
+    fs.unwritten = unwritten
+    quiet = unwritten is not None and unwritten <= QUIET_UNWRITTEN_MAX
+    for turn, partitions in enumerate((range(2), range(NARROW), range(1))):
+        opened = len(fs.boundaries)
+        outcomes = _wait_all(store, pool, partitions, acked, lambda p, turn=turn: b"turn %d of %d" % (turn, p))
+        ops = [b.op for b in fs.boundaries[opened:]]
+        # One partition is always its own fdatasync: a syncfs would only write more.
+        shared = quiet and len(partitions) > 1
+        assert ops == (["syncfs"] if shared else ["fsync"] * len(partitions)), (turn, ops)
+        assert all(isinstance(o, int) for o in outcomes) and len(outcomes) == len(partitions)
+    fs.crash()
+    with LogManager(str(tmp_path / "d"), start_scheduler=False) as again:
+        for p in range(WIDE):
+            assert [r.value for r in again.log(TOPIC, p).iter_records()] == acked[p]
+
+
+def test_the_unwritten_bytes_are_the_kernels_dirty_and_writeback_or_unknown(tmp_path, monkeypatch):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24000000 kB\nDirty:              1048 kB\nWriteback:            12 kB\n")
+    monkeypatch.setattr(logstore.filesystem, "MEMINFO", str(meminfo))
+    assert OsFileSystem().unwritten_bytes() == (1048 + 12) * 1024
+    meminfo.write_text("MemTotal:       24000000 kB\nDirty:              1048 kB\n")
+    assert OsFileSystem().unwritten_bytes() is None
+    monkeypatch.setattr(logstore.filesystem, "MEMINFO", str(tmp_path / "absent"))
+    assert OsFileSystem().unwritten_bytes() is None
+
+
 def _window(store: LogManager, pool: QueuedExecutor, acked: dict[int, list[bytes]]) -> None:
     """Three turns: a wide one over fresh segments' first records, a wide one in which partition 0 rolls, a
     narrow one."""
@@ -125,9 +162,10 @@ def _window(store: LogManager, pool: QueuedExecutor, acked: dict[int, list[bytes
         _wait_all(store, pool, partitions, acked, lambda p, turn=turn: b"turn %d of %d " % (turn, p) + b"x" * 60)
 
 
+@pytest.mark.parametrize("unwritten", [0, BUSY], ids=["quiet", "busy"])
 @pytest.mark.parametrize("after", [False, True], ids=["before", "after"])
 def test_a_cut_at_any_sync_of_a_multi_partition_window_keeps_what_was_acknowledged(tmp_path, pool, monkeypatch,
-                                                                                   after):
+                                                                                   after, unwritten):
     start = tmp_path / "start"
     # Small segments: partition 0 rolls in the window (its rolled segment is synced whole by the syncfs).
     _store(start, segment_bytes=200).close()
@@ -137,6 +175,7 @@ def test_a_cut_at_any_sync_of_a_multi_partition_window_keeps_what_was_acknowledg
         shutil.copytree(start, d)
         monkeypatch.setattr(logstore.log, "roll_flusher", DeferredFlusher())   # no background thread
         fs = FaultFileSystem(real_syncs=False)
+        fs.unwritten = unwritten
         store = _store(d, fs, segment_bytes=200)
         opened = len(fs.boundaries)
         if cut is not None:
@@ -152,8 +191,12 @@ def test_a_cut_at_any_sync_of_a_multi_partition_window_keeps_what_was_acknowledg
         return crossed, acked, finished
 
     crossed, acked, _ = attempt("count", None, False)
-    # Two wide turns of one syncfs each; the narrow one's fdatasyncs; the first appends' epoch checkpoints.
-    assert crossed.count("syncfs") == 2 and crossed.count("fsync") >= NARROW, crossed
+    # Two wide turns of one syncfs each; the narrow one's syncfs, or its fdatasyncs while much else is
+    # unwritten; the first appends' epoch checkpoints.
+    if unwritten:
+        assert crossed.count("syncfs") == 2 and crossed.count("fsync") >= NARROW, crossed
+    else:
+        assert crossed.count("syncfs") == 3, crossed
     assert all(len(values) == (3 if p < NARROW else 2) for p, values in acked.items())
     total = len(crossed)
     for k in range(1, total + 2):
