@@ -163,6 +163,36 @@ cdef int16_t _attributes(bint transactional, bint control, bint append_time, int
     return a
 
 
+cdef Py_ssize_t _size_records(Slot* slots, Py_ssize_t n, int64_t base_ts, HeaderSlot* hs,
+                              int64_t* max_ts) noexcept nogil:
+    """Each record's body size into its slot; the records' total length, the highest timestamp to `max_ts`."""
+    cdef Py_ssize_t i
+    cdef Py_ssize_t total = 0
+    cdef Slot* s
+    for i in range(n):
+        s = &slots[i]
+        if s.timestamp > max_ts[0]:
+            max_ts[0] = s.timestamp
+        s.body = _body_size(s, <int32_t>i, base_ts, hs)
+        total += varint_size(<int32_t>s.body) + s.body
+    return total
+
+
+cdef void _write_records(unsigned char* w, Slot* slots, Py_ssize_t n, int64_t base_ts,
+                         HeaderSlot* hs) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        w = _write_record(w, &slots[i], <int32_t>i, base_ts, hs)
+
+
+# The record loops let other threads run only when they are long: a coordinator's one-record batch built on
+# the event loop would otherwise hand the GIL to a waiting sync thread and wait to get it back.
+cdef Py_ssize_t NOGIL_MIN_RECORDS = 4096
+cdef Py_ssize_t NOGIL_MIN_BYTES = 1 << 20
+ENCODE_NOGIL_MIN_RECORDS = NOGIL_MIN_RECORDS
+ENCODE_NOGIL_MIN_BYTES = NOGIL_MIN_BYTES
+
+
 cdef inline int64_t _now_ms():
     return <int64_t>(time.time() * 1000)
 
@@ -202,7 +232,6 @@ def encode_batch(keys, values, headers=None, timestamps=None, *, int64_t base_of
     cdef bint same_ts
     cdef Slot* s
     cdef bytes out
-    cdef unsigned char* w
     cdef unsigned char* records = NULL
     cdef HeaderSlot* grown
     if slots == NULL:
@@ -235,13 +264,11 @@ def encode_batch(keys, values, headers=None, timestamps=None, *, int64_t base_of
                 header_total += s.header_count
         base_ts = slots[0].timestamp if n else NO_TIMESTAMP
         max_ts = NO_TIMESTAMP
-        with nogil:
-            for i in range(n):
-                s = &slots[i]
-                if s.timestamp > max_ts:
-                    max_ts = s.timestamp
-                s.body = _body_size(s, <int32_t>i, base_ts, hs)
-                total += varint_size(<int32_t>s.body) + s.body
+        if n >= NOGIL_MIN_RECORDS:
+            with nogil:
+                total = _size_records(slots, n, base_ts, hs, &max_ts)
+        else:
+            total = _size_records(slots, n, base_ts, hs, &max_ts)
         if log_append_time is not None:
             max_ts = log_append_time
         if compression == 0:
@@ -252,10 +279,11 @@ def encode_batch(keys, values, headers=None, timestamps=None, *, int64_t base_of
             records = <unsigned char*>malloc(total if total else 1)
             if records == NULL:
                 raise MemoryError()
-        w = records
-        with nogil:
-            for i in range(n):
-                w = _write_record(w, &slots[i], <int32_t>i, base_ts, hs)
+        if n >= NOGIL_MIN_RECORDS or total >= NOGIL_MIN_BYTES:
+            with nogil:
+                _write_records(records, slots, n, base_ts, hs)
+        else:
+            _write_records(records, slots, n, base_ts, hs)
         return _finish_batch(records, total, compression, compression_level, base_offset,
                              partition_leader_epoch, attributes, <int32_t>(n - 1 if n else 0),
                              base_ts, max_ts, producer_id, producer_epoch, base_sequence,

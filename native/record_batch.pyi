@@ -8,6 +8,8 @@ from typing_extensions import Buffer
 _Headers = Sequence[tuple[str | bytes, bytes | None]]
 
 RECORD_BATCH_OVERHEAD: int
+ENCODE_NOGIL_MIN_RECORDS: int
+ENCODE_NOGIL_MIN_BYTES: int
 DEFAULT_MAX_DECOMPRESSED: int
 ENTRY_OVERHEAD: int
 ENTRY_PREFIX: int

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import logstore.formats.kafka as K
 from logstore.errors import InvalidRecordError
+from logstore.native.record_batch import ENCODE_NOGIL_MIN_BYTES, ENCODE_NOGIL_MIN_RECORDS
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                            HealthCheck.data_too_large])
@@ -161,6 +162,22 @@ def test_encoded_batch_decodes_to_its_input_everywhere(kw):
 @given(batches())
 def test_batch_builder_writes_the_same_bytes_as_encode_batch(kw):
     assert build_with_builder(kw) == K.encode_batch(**kw)
+
+
+@pytest.mark.parametrize("records, value_bytes", [
+    (ENCODE_NOGIL_MIN_RECORDS - 1, 3), (ENCODE_NOGIL_MIN_RECORDS, 3),
+    (2, ENCODE_NOGIL_MIN_BYTES // 2 - 64), (2, ENCODE_NOGIL_MIN_BYTES // 2)])
+def test_encode_batch_writes_the_same_bytes_with_and_without_the_gil(records, value_bytes):
+    # Small batches are built holding the GIL, long ones without it: both sides of each threshold.
+    kw = {"keys": [b"k%d" % i for i in range(records)], "values": [bytes([i % 251]) * value_bytes
+                                                                   for i in range(records)],
+          "headers": [[("h", b"%d" % i)] for i in range(records)],
+          "timestamps": [1_700_000_000_000 + i for i in range(records)], "base_offset": 7, "compression": K.NONE,
+          "producer_id": 3, "producer_epoch": 1, "base_sequence": 0, "transactional": False,
+          "partition_leader_epoch": 2, "log_append_time": None}
+    buf = K.encode_batch(**kw)
+    assert build_with_builder(kw) == buf
+    assert K.decode_records(buf) == expected_records(kw)
 
 
 @SETTINGS
