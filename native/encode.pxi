@@ -180,6 +180,7 @@ cdef Py_ssize_t _size_records(Slot* slots, Py_ssize_t n, int64_t base_ts, Header
 
 cdef void _write_records(unsigned char* w, Slot* slots, Py_ssize_t n, int64_t base_ts,
                          HeaderSlot* hs) noexcept nogil:
+    """Every record at `w`, one after another (their body sizes already in the slots)."""
     cdef Py_ssize_t i
     for i in range(n):
         w = _write_record(w, &slots[i], <int32_t>i, base_ts, hs)
