@@ -142,6 +142,9 @@ def drive_clients(bootstrap: str) -> dict:
 
     classic = KafkaConsumer(bootstrap_servers=bootstrap, group_id="dump-classic", client_id="dump-client",
                             enable_auto_commit=False, auto_offset_reset="earliest")
+    # The topic's partitions known before the join: kafka-python's leader that assigns without them (its
+    # range assignor's "No partition metadata") was seen to keep an empty assignment past the timeout.
+    _wait(lambda: classic.partitions_for_topic(TOPIC) == {0, 1}, "the topic's partitions")
     classic.subscribe([TOPIC])
     _wait(lambda: classic.poll(timeout_ms=100) is not None and classic.assignment(), "a classic assignment")
     classic.commit({KTP(TOPIC, 0): OffsetAndMetadata(2, "meta-a", -1), KTP(TOPIC, 1): OffsetAndMetadata(1, "", -1)})
