@@ -105,7 +105,6 @@ def encode_arrow_batch(keys, values, headers, Py_ssize_t start, Py_ssize_t stop,
     cdef HeaderSlot* h
     cdef bytes out
     cdef unsigned char* records = NULL
-    cdef unsigned char* w
     if slots == NULL or hs == NULL:
         free(slots)
         free(hs)
@@ -143,10 +142,8 @@ def encode_arrow_batch(keys, values, headers, Py_ssize_t start, Py_ssize_t stop,
             records = <unsigned char*>malloc(total if total else 1)
             if records == NULL:
                 raise MemoryError()
-        w = records
         with nogil:
-            for i in range(n):
-                w = _write_record(w, &slots[i], <int32_t>i, timestamp, hs)
+            _write_records(records, slots, n, timestamp, hs)
         return _finish_batch(records, total, compression, compression_level, 0, -1, attributes,
                              <int32_t>(n - 1 if n else 0), timestamp if n else NO_TIMESTAMP,
                              timestamp if n else NO_TIMESTAMP, producer_id, producer_epoch, base_sequence,
