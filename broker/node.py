@@ -14,12 +14,10 @@ write never stops the others.
 """
 from __future__ import annotations
 
-import base64
 import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import Any, Protocol
 
@@ -41,7 +39,7 @@ from logstore.broker.share.coordinator import ShareCoordinator
 from logstore.broker.share.manager import SharePartitionManager
 from logstore.broker.share.sessions import ShareSessions
 from logstore.broker.share.state_store import ShareStateStore
-from logstore.checkpoints import write_atomically
+from logstore.checkpoints import new_topic_id, topic_id_to_string, write_atomically
 from logstore.config import INTERNAL_TOPIC_CONFIGS
 from logstore.dir_transactions import recover_dir_transactions
 from logstore.errors import InvalidRequestError, StorageError, UnknownTopicOrPartitionError
@@ -72,7 +70,7 @@ def cluster_id(log_dir: str, node_id: int, fs: FileSystem = OS) -> str:
         key, _, value = line.strip().partition("=")
         if key == "cluster.id":
             return value
-    made = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode("ascii").rstrip("=")
+    made = topic_id_to_string(new_topic_id())
     write_atomically(path, f"version=1\ncluster.id={made}\nnode.id={node_id}\n".encode(), fs=fs)
     return made
 

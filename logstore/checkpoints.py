@@ -20,6 +20,7 @@ import base64
 import json
 import os
 import re
+import uuid
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
@@ -42,6 +43,8 @@ _INT = re.compile(r"-?[0-9]+")
 # Java's BufferedReader.readLine ends a line at \n, \r\n or \r.
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _TOPIC_ID = re.compile(r"[A-Za-z0-9_-]{22}")
+# Kafka's ZERO_UUID and METADATA_TOPIC_ID (the id of __cluster_metadata).
+_RESERVED_IDS = frozenset({bytes(16), bytes(15) + b"\x01"})
 
 
 class CorruptCheckpointError(StorageError):
@@ -216,6 +219,26 @@ def topic_id_to_string(b: bytes) -> str:
     if len(b) != 16:
         raise ValueError(f"a topic id is 16 bytes, not {len(b)}")
     return base64.urlsafe_b64encode(b).decode("ascii").rstrip("=")
+
+
+def new_topic_id() -> bytes:
+    """A random 16-byte id as Kafka's Uuid.randomUuid makes one: not reserved, not shown with a leading dash."""
+    while not _usable_id(made := uuid.uuid4().bytes):
+        pass
+    return made
+
+
+def derived_topic_id(topic: str) -> bytes:
+    """The same usable id for `topic` on every call: for topics whose files carry none."""
+    made = uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{topic}")
+    while not _usable_id(made.bytes):
+        made = uuid.uuid5(made, topic)
+    return made.bytes
+
+
+def _usable_id(raw: bytes) -> bool:
+    # A leading '-' would make the id read as a flag on any command line it is pasted into.
+    return raw not in _RESERVED_IDS and not topic_id_to_string(raw).startswith("-")
 
 
 def topic_id_from_string(s: str) -> bytes:

@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext
@@ -45,6 +44,8 @@ from logstore.checkpoints import (
     PARTITION_METADATA,
     RECOVERY_POINT_CHECKPOINT,
     OffsetCheckpoint,
+    derived_topic_id,
+    new_topic_id,
     read_clean_shutdown_marker,
     read_partition_metadata,
     remove_clean_shutdown_marker,
@@ -283,8 +284,7 @@ class LogManager:
         known = self.kafka_metadata.topics if self.kafka_metadata is not None else {}
         for topic in {name for name, _ in self._logs}:
             if topic not in self._topic_ids:
-                self._topic_ids[topic] = (known[topic].topic_id if topic in known
-                                          else uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{topic}").bytes)
+                self._topic_ids[topic] = known[topic].topic_id if topic in known else derived_topic_id(topic)
 
     def _load_topic_configs(self, present: set[str]) -> None:
         found = TOPIC_CONFIGS_COPIES.read_newest(self.log_dirs, lambda path: read_topic_configs(path, self.fs))
@@ -478,7 +478,7 @@ class LogManager:
                     stored = {t: o for t, o in self._stored_overrides.items() if t != name}
                     self._store_topic_configs({**stored, name: overrides} if overrides else stored)
                 self._given_overrides.pop(name, None)
-                topic_id = topic_id or uuid.uuid4().bytes
+                topic_id = topic_id or new_topic_id()
                 self._topic_ids[name] = topic_id
                 self._add_partitions(name, range(partitions), topic_id, topic_config)
             except BaseException:

@@ -7,6 +7,7 @@ fault; atomic replacement is checked by a leftover `.tmp` and a failed rename.
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -318,3 +319,26 @@ def test_clean_shutdown_marker_defaults_to_epoch_zero(tmp_path):
 def test_empty_clean_shutdown_marker_from_older_kafka_counts(tmp_path):
     (tmp_path / C.CLEAN_SHUTDOWN_MARKER).touch()
     assert C.read_clean_shutdown_marker(tmp_path)
+
+
+def test_new_topic_id_skips_reserved_and_dash_led_ids(monkeypatch):
+    dash_led = C.topic_id_from_string("-" + "A" * 21)
+    wanted = C.topic_id_from_string("B" * 22)
+    made = iter([bytes(16), dash_led, bytes(15) + b"\x01", wanted])
+    monkeypatch.setattr(C.uuid, "uuid4", lambda: uuid.UUID(bytes=next(made)))
+    assert C.new_topic_id() == wanted
+
+
+@settings(max_examples=300)
+@given(st.text(min_size=1, max_size=40))
+def test_derived_topic_id_is_stable_and_usable(topic):
+    made = C.derived_topic_id(topic)
+    assert made == C.derived_topic_id(topic)
+    assert made not in (bytes(16), bytes(15) + b"\x01") and not C.topic_id_to_string(made).startswith("-")
+
+
+def test_derived_topic_id_rehashes_a_dash_led_id():
+    def first_try(name):
+        return C.topic_id_to_string(uuid.uuid5(uuid.NAMESPACE_URL, f"logstore:topic:{name}").bytes)
+    name = next(f"t{i}" for i in range(10_000) if first_try(f"t{i}").startswith("-"))
+    assert not C.topic_id_to_string(C.derived_topic_id(name)).startswith("-")
