@@ -114,9 +114,25 @@ class _Replies:
     def put_nowait(self, item: _Reply | None) -> None:
         """Queue `item` (None: the last one) and wake the sender."""
         self._items.append(item)
+        self.wake()
+
+    def put_quietly(self, item: _Reply) -> None:
+        """Queue `item` without waking the sender: the connection sends it when it is ready, or wakes it then."""
+        self._items.append(item)
+
+    def wake(self) -> None:
+        """Let the sender take what is queued."""
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def alone(self, item: _Reply) -> bool:
+        """Whether `item` is all that is queued and the sender still waits (it has not taken it)."""
+        return self._waiter is not None and len(self._items) == 1 and self._items[0] is item
+
+    def remove_alone(self) -> None:
+        """Drop the one queued item `alone` said is there (it was sent without the sender)."""
+        self._items.pop()
 
     @property
     def idle(self) -> bool:
@@ -343,12 +359,33 @@ class Connection:
         self._owe(_done(PreEncoded([_SIZE.pack(len(answer)), answer])))
 
     def _owe(self, reply: _Reply) -> None:
-        if self._replies.idle and reply.done() and self._sent_now(reply):
+        replies = self._replies
+        idle = replies.idle
+        if idle and reply.done() and self._sent_now(reply):
             return
         self.owed += 1
         if self.owed >= MAX_REPLIES_OWED:
             self._room.clear()
-        self._replies.put_nowait(reply)
+        if idle and not reply.done():
+            # Nothing is owed before it: it goes out from its done callback when it can, rather than by
+            # waking the sender to wait for it and again to send it (two task steps a durable Produce).
+            replies.put_quietly(reply)
+            reply.add_done_callback(self._ready_first)
+        else:
+            replies.put_nowait(reply)
+
+    def _ready_first(self, reply: _Reply) -> None:
+        """A reply owed with nothing before it is ready: sent now, unless the sender has it or must take it."""
+        replies = self._replies
+        if not replies.alone(reply):
+            return
+        if not self._sent_now(reply):
+            replies.wake()
+            return
+        replies.remove_alone()
+        self.owed -= 1
+        if self.owed < MAX_REPLIES_OWED:
+            self._room.set()
 
     def _sent_now(self, reply: _Reply) -> bool:
         """Send a reply that is ready, nothing being owed before it, from here: whether it went. Most replies

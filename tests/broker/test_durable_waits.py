@@ -6,8 +6,9 @@ import os
 import threading
 
 import pytest
+import uvloop
 
-from logstore.broker.durable_waits import LoopInbox, NotDurableInTime, until_durable
+from logstore.broker.durable_waits import Deadlines, LoopInbox, NotDurableInTime, until_durable
 from logstore.errors import StorageError
 from logstore.log import Log
 
@@ -46,6 +47,8 @@ def test_waits_on_two_logs_answer_once_both_are_durable(tmp_path):
             waits = [(a, _end(a)), (b, _end(b)), (b, _end(b))]
             assert await until_durable(inbox, waits, WAIT) == [None, None, None]
             assert a.recovery_point == 1 and b.recovery_point == 2
+            # A wait that ended before its timeout leaves no deadline behind.
+            assert len(inbox.deadlines) == 0
             # Already durable: answered without a wait.
             assert await until_durable(inbox, [(a, 1)], 0.001) == [None]
     asyncio.run(run())
@@ -64,6 +67,7 @@ def test_a_wait_past_its_timeout_is_not_durable_in_time_and_a_later_one_is(tmp_p
             assert isinstance(outcomes[0], NotDurableInTime) and outcomes[1] is None
             sync.release.set()
             assert await until_durable(inbox, [(a, 1)], WAIT) == [None]
+            assert len(inbox.deadlines) == 0
     asyncio.run(run())
 
 
@@ -109,3 +113,40 @@ def test_calls_posted_from_threads_run_on_the_loop_in_order(tmp_path):
         for k in range(2):
             assert [i for i, _ in ran if i // 100 == k] == [k * 100 + i for i in range(100)]
     asyncio.run(run())
+
+
+LOOPS = pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
+
+
+@LOOPS
+def test_a_deadline_before_the_armed_one_is_kept_first(new_loop):
+    async def run():
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines(loop)
+        late, soon = loop.create_future(), loop.create_future()
+        deadlines.add(late, WAIT)
+        started = loop.time()
+        deadlines.add(soon, 0.05)
+        await asyncio.wait_for(soon, WAIT)
+        assert loop.time() - started >= 0.05 - 0.001 and not late.done() and len(deadlines) == 1
+        deadlines.discard(late)
+        assert len(deadlines) == 0
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(run())
+
+
+@LOOPS
+def test_the_timer_goes_on_for_the_deadlines_left_once_the_earliest_wait_ended(new_loop):
+    async def run():
+        loop = asyncio.get_running_loop()
+        deadlines = Deadlines(loop)
+        ended, waiting = loop.create_future(), loop.create_future()
+        deadlines.add(ended, 0.02)
+        deadlines.add(waiting, 0.1)
+        ended.set_result(None)       # its wait is over before its deadline
+        deadlines.discard(ended)
+        started = loop.time()
+        await asyncio.wait_for(waiting, WAIT)
+        assert loop.time() - started >= 0.1 - 0.02 - 0.001 and len(deadlines) == 0
+    with asyncio.Runner(loop_factory=new_loop) as runner:
+        runner.run(run())
