@@ -11,10 +11,12 @@ request order. One that is ready when nothing is owed before it (the
 everyday case: a handler that finished at once) is written by the reading
 task then and there; waking a writer task for it cost a turn of the loop
 (6-8 us of broker CPU a single-record Produce or an OffsetCommit, measured
-in bench/small_requests.py). The others are sent by the writer
-task; at most `MAX_REPLIES_OWED` are owed at once and the writer waits for
-the socket to drain below its high-water mark after each, so a client that
-never reads its replies stops being read.
+in bench/small_requests.py). One that waits (for an fsync) with
+nothing owed before it is written by its own done callback once ready,
+which costs less than the writer task's two wake-ups for it. The others
+are sent by the writer task; at most `MAX_REPLIES_OWED` are owed at once
+and the writer waits for the socket to drain below its high-water mark
+after each, so a client that never reads its replies stops being read.
 
 Every request read counts against the broker's `queued.max.requests` until
 its handler is done, applied, or parked on an outside event
