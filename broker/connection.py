@@ -25,7 +25,10 @@ its handler is done, applied, or parked on an outside event
 thread, so a large request does not stall the other connections.
 
 A reply that is dropped (its connection closed, its encoding failed) gives
-back the file ranges it holds at once, on every path.
+back the file ranges it holds at once, on every path. When the broker ends a
+connection (a bad frame, a failed authentication), the replies owed before
+it still go out, and the socket closes only once the client has them, or
+after LINGER_SECONDS (`_linger`).
 
 Security: the connection knows its listener and who its client is (the TLS
 certificate's principal, or ANONYMOUS). On a SASL listener its `SaslSession`
@@ -92,6 +95,10 @@ DECODE_OFFLOAD_BYTES = 16 * 1024
 MAX_REPLIES_OWED = 16
 # The piece a file range is copied in when it cannot be sendfile'd (TLS).
 COPY_CHUNK_BYTES = 256 * 1024
+# How long a connection the broker ends (a bad frame, a failed authentication) waits for its client to
+# take the replies already written and close its side, and the piece its further bytes are dropped in.
+LINGER_SECONDS = 5.0
+LINGER_READ_BYTES = 64 * 1024
 # Why a connection task was cancelled, when that is its normal end.
 IDLE = "connections.max.idle.ms"
 SHUTDOWN = "shutdown"
@@ -247,13 +254,16 @@ class Connection:
         self._task = asyncio.current_task()
         sender = self.loop.create_task(self._send_replies())
         cancelled: asyncio.CancelledError | None = None
+        refused = False                     # the broker ends it: the client may still be sending
         try:
             await self._read_requests()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         except AuthenticationFailed as exc:
+            refused = True
             log.info("Failed authentication with %s on %s (%s)", self.peer, self.listener.name, exc)
         except ProtocolError as exc:
+            refused = True
             log.warning("closing connection from %s: %s", self.peer, exc)
         except asyncio.CancelledError as exc:
             cancelled = exc
@@ -264,6 +274,8 @@ class Connection:
                 # The client stopped sending: what it is owed still goes out, then the connection closes.
                 self._replies.put_nowait(None)
                 await sender
+                if refused:
+                    await _linger(self.reader, self.writer)
         except asyncio.CancelledError as exc:
             cancelled = exc
         except (ConnectionError, OSError):
@@ -544,6 +556,29 @@ def _bad_size(size: int, bound: int, setting: str, head: bytes | None, listener:
         # A TLS record header (handshake, TLS 1.x) read as a Kafka size.
         message += f": a TLS client on the {listener.security_protocol} listener {listener.name}"
     return message
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Let the replies already written reach a client that may still be sending, before the socket closes.
+
+    Closing a TCP socket with unread bytes in it makes the kernel reset the connection and drop what it
+    had not delivered yet: the answers to the valid requests before a bad frame would be lost. So the
+    socket's buffer is flushed, its sending side shut (the client reads the replies, then the end), and
+    what the client still sends is read and dropped until it closes too, for at most LINGER_SECONDS.
+    Through TLS the sending side cannot be shut alone: the buffer is flushed and the socket closed."""
+    if writer.transport.is_closing():   # the client reset it: uvloop refuses any call on it
+        return
+    try:
+        async with asyncio.timeout(LINGER_SECONDS):
+            writer.transport.set_write_buffer_limits(high=0)
+            await writer.drain()
+            if writer.transport.is_closing() or not writer.can_write_eof():
+                return
+            writer.write_eof()
+            while await reader.read(LINGER_READ_BYTES):
+                pass
+    except TimeoutError:
+        pass
 
 
 def _done(value: PreEncoded) -> asyncio.Future[PreEncoded | None]:

@@ -10,8 +10,10 @@ stop cleanly at the end without having logged a traceback (conftest).
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import random
+import socket
 import struct
 import time
 import uuid
@@ -20,6 +22,7 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
+from kio.schema.metadata.v4.request import MetadataRequest, MetadataRequestTopic
 
 from kio_wire import read_response, request_frame
 from raw_wire import (
@@ -119,6 +122,37 @@ def test_unknown_api_key_or_version_closes_the_connection(broker, api_key, versi
     s = connect(broker)
     s.sendall(framed(header_v1(api_key, version, 7) + b"\x00" * 16))
     assert_closed(s)
+    s.close()
+
+
+def test_answers_before_a_bad_frame_reach_a_client_that_is_still_sending(broker):
+    # A 250 KB answer owed, then a bad frame, then more bytes the broker will never read; the client reads
+    # only once the broker has decided to close. Closing a socket with unread bytes resets the connection
+    # and drops what the kernel had not delivered yet: the broker must hand over the answer first.
+    names = [f"absent-{i:04d}-" + "x" * 230 for i in range(1000)]
+    request = MetadataRequest(topics=tuple(MetadataRequestTopic(name=n) for n in names),
+                              allow_auto_topic_creation=False)
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)   # the answer cannot be taken ahead of reading
+    s.connect((broker.host, broker.port))
+    s.settimeout(TIMEOUT)
+    s.sendall(request_frame(request, 7) + framed(header_v1(-1, 0, 8) + b"\x00" * 16))
+    s.setblocking(False)
+    unread = 0
+    with contextlib.suppress(BlockingIOError):
+        while unread < 16 << 20:
+            unread += s.send(b"\x00" * 65536)
+    s.settimeout(TIMEOUT)
+    closing = f"closing connection from {s.getsockname()}"
+    deadline = time.monotonic() + TIMEOUT
+    while closing not in broker.log_text():
+        assert time.monotonic() < deadline, "the broker did not refuse the bad frame"
+        time.sleep(0.01)   # the broker's log is the only sign it has read the bad frame
+    corr, response = read_response(s, METADATA, 4)
+    assert corr == 7
+    assert [t.name for t in response.topics] == names
+    assert {t.error_code for t in response.topics} == {ErrorCode.unknown_topic_or_partition}
+    assert s.recv(1) == b"", "the connection did not end after the answer"
     s.close()
 
 
