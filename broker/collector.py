@@ -10,8 +10,10 @@ pass visits, so later passes walk only what came after.
 
 Frozen objects are still freed by reference counting; only cycles among them would outlive their use. So
 the broker freezes when what exists is long-lived: once it has started (modules, configuration, the
-partitions it opened) and after it made many partitions at once. Deleting a topic thaws everything, so its
-logs' cycles can be collected: the next full pass frees them, and what it leaves is frozen again.
+partitions it opened) and after it made many partitions at once. A deleted topic's logs hold no cycle (a
+closed GroupCommit drops the log's callbacks) and are freed at once; deleting a topic still thaws
+everything, so that anything else of it left in a cycle is freed by the next full pass, which freezes what
+it leaves again.
 """
 from __future__ import annotations
 

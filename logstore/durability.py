@@ -381,14 +381,27 @@ class GroupCommit:
             self._recovery_point = min(self._recovery_point, offset)
 
     def close(self) -> None:
-        """No more fsyncs; waiters that were not satisfied fail."""
+        """No more fsyncs; waiters that were not satisfied fail.
+
+        The log's callbacks go too: they hold the log, which holds this, and in that cycle a closed (deleted)
+        partition would wait for a full pass of the cycle collector (a frozen broker's are minutes apart);
+        without it reference counting frees the partition at once."""
         with self._cond:
+            while self._flushing:   # a sync under way still calls them
+                self._cond.wait()
             self._closed = True
+            self._end = itertools.repeat(self._end()).__next__
+            self._sync = _closed_sync
+            self._covered = None
             failed = [w[2] for w in self._waiters]
             self._waiters.clear()
             self._cond.notify_all()
         for settle in failed:
             settle(StorageError(f"log {self._name} closed before offset was durable"))
+
+
+def _closed_sync(start: int, end: int) -> None:
+    raise StorageError(f"offsets {start}-{end}: the log is closed")
 
 
 class _Held(threading.local):

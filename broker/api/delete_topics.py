@@ -61,6 +61,6 @@ async def handle(request: Request, body: KioMessage) -> ResponsePayload:
             outcome = await coordinate(request, broker.delete_topic, name)
             error, message = outcome.error, outcome.message
             if outcome.ok:
-                collector.thaw()   # its logs' cycles must be collectable
+                collector.thaw()   # anything of it left in a cycle must be collectable
         results.append(build(result_cls, name=name, error_code=error, error_message=message))
     return build(response_type(KEY, request.version), throttle_time=ZERO_MS, responses=tuple(results))

@@ -12,7 +12,7 @@ from logstore.broker import collector
 
 
 class Node:
-    """A stand-in for a log: an object in a reference cycle, as a Log and its GroupCommit's callbacks are."""
+    """An object in a reference cycle, as a Log and its open GroupCommit's callbacks are."""
 
     def __init__(self) -> None:
         self.me = self
