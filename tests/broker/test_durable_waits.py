@@ -6,8 +6,8 @@ import os
 import threading
 
 import pytest
-import uvloop
 
+from both_loops import LOOPS, run_on
 from logstore.broker.durable_waits import Deadlines, LoopInbox, NotDurableInTime, until_durable
 from logstore.errors import StorageError
 from logstore.log import Log
@@ -115,14 +115,6 @@ def test_calls_posted_from_threads_run_on_the_loop_in_order(tmp_path):
     asyncio.run(run())
 
 
-LOOPS = pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
-
-
-def _run_on(new_loop, test) -> None:
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        runner.run(test())
-
-
 @LOOPS
 def test_a_deadline_before_the_armed_one_is_kept_first(new_loop):
     async def run():
@@ -136,7 +128,7 @@ def test_a_deadline_before_the_armed_one_is_kept_first(new_loop):
         assert loop.time() - started >= 0.05 - 0.001 and not late.done() and len(deadlines) == 1
         deadlines.discard(late)
         assert len(deadlines) == 0
-    _run_on(new_loop, run)
+    run_on(new_loop, run)
 
 
 @LOOPS
@@ -152,4 +144,4 @@ def test_the_timer_goes_on_for_the_deadlines_left_once_the_earliest_wait_ended(n
         started = loop.time()
         await asyncio.wait_for(waiting, WAIT)
         assert loop.time() - started >= 0.1 - 0.02 - 0.001 and len(deadlines) == 0
-    _run_on(new_loop, run)
+    run_on(new_loop, run)

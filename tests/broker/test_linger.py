@@ -7,11 +7,10 @@ import socket
 import struct
 
 import pytest
-import uvloop
 
+from both_loops import LOOPS, run_on
 from logstore.broker import connection
 
-LOOPS = pytest.mark.parametrize("new_loop", [asyncio.new_event_loop, uvloop.new_event_loop], ids=["asyncio", "uvloop"])
 TIMEOUT = 10.0
 
 
@@ -39,8 +38,7 @@ def test_a_connection_the_client_reset_first_ends_quietly(new_loop):
         await asyncio.wait_for(connection._linger(reader, writer), TIMEOUT)   # returns, raises nothing
         writer.close()
 
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        runner.run(run())
+    run_on(new_loop, run)
 
 
 @LOOPS
@@ -58,5 +56,4 @@ def test_a_client_that_neither_reads_nor_closes_is_let_go_after_the_linger(new_l
         writer.close()
         client.close()
 
-    with asyncio.Runner(loop_factory=new_loop) as runner:
-        runner.run(run())
+    run_on(new_loop, run)
