@@ -7,7 +7,7 @@
 produce / consume: the same 200,000 values of 100 B (bench/test_broker.py's
 word texts, lz4 about 2x) through `logstore.broker.embedded` in this process
 ("ours") and through confluent-kafka against a `logstore broker` subprocess on
-loopback ("peer"), with the same client settings: idempotent, acks=all
+loopback ("peer", once its producer id is acquired), with the same client settings: idempotent, acks=all
 (answered after the group-commit fsync on both paths), lz4, linger.ms=10,
 batch.size=1 MiB; consumers read one partition from offset 0 in batches of
 10,000 (`max.poll.records` / `consume(num_messages=)`) with 16 MiB partition
@@ -113,6 +113,11 @@ def test_produce_broker(benchmark, broker, values):
         producer = Producer({"bootstrap.servers": broker.bootstrap, **PEER_PRODUCER,
                              "on_delivery": lambda err, msg: delivered.append(err)})
         producer.list_topics(topic, timeout=TIMEOUT)
+        # librdkafka gets its producer id in the background, on a timer that fires every 500 ms until it has a
+        # connection to the broker by its id: one delivered record proves it has it (the embedded producer
+        # gets its id in its constructor, also untimed).
+        producer.produce(_fresh_topic(lambda name: base.create_topic(admin, name, 1)), b"warm-up")
+        assert producer.flush(TIMEOUT) == 0
         delivered.clear()
         return (topic, producer), {}
 

@@ -194,8 +194,10 @@ ENCODE_NOGIL_MIN_RECORDS = NOGIL_MIN_RECORDS
 ENCODE_NOGIL_MIN_BYTES = NOGIL_MIN_BYTES
 
 
-cdef inline int64_t _now_ms():
-    return <int64_t>(time.time() * 1000)
+cdef inline int64_t _now_ms() noexcept:
+    cdef timespec now
+    clock_gettime(CLOCK_REALTIME, &now)
+    return <int64_t>now.tv_sec * 1000 + now.tv_nsec // 1000000
 
 
 def encode_batch(keys, values, headers=None, timestamps=None, *, int64_t base_offset=0,
@@ -410,16 +412,26 @@ cdef class BatchBuilder:
 
     def append(self, timestamp, key, value, headers=None):
         """Add one record; timestamp in ms (None: now)."""
+        self._put(_now_ms() if timestamp is None else timestamp, key, value, headers, -1)
+
+    def try_append(self, timestamp, key, value, headers=None, Py_ssize_t limit=-1):
+        """Add one record unless the batch holds some already and would then exceed `limit` bytes (as built
+        uncompressed); whether it was added."""
+        return self._put(_now_ms() if timestamp is None else timestamp, key, value, headers, limit) == 1
+
+    cdef int _put(self, int64_t timestamp, object key, object value, object headers,
+                  Py_ssize_t limit) except -1:
+        # 1 if the record was added, 0 if `limit` (>= 0) refused it.
         cdef Slot s
         cdef HeaderSlot local[8]
         cdef HeaderSlot* hs = local
-        cdef Py_ssize_t j
+        cdef Py_ssize_t j, encoded
         cdef list keep = self.keep
         if self.built:
             raise RuntimeError("append after build()")
         if self.count == 2147483647:
             raise OverflowError("too many records for one batch")
-        s.timestamp = _now_ms() if timestamp is None else timestamp
+        s.timestamp = timestamp
         s.key = _bytes_ptr(key, &s.key_len, keep, "key")
         s.value = _bytes_ptr(value, &s.value_len, keep, "value")
         s.first_header = 0
@@ -433,20 +445,24 @@ cdef class BatchBuilder:
                 for j, (hkey, hvalue) in enumerate(headers):
                     hs[j].key = _header_key_ptr(hkey, &hs[j].key_len, keep)
                     hs[j].value = _bytes_ptr(hvalue, &hs[j].value_len, keep, "header value")
+            s.body = _body_size(&s, self.count, s.timestamp if self.count == 0 else self.base_ts, hs)
+            encoded = varint_size(<int32_t>s.body) + s.body
+            if limit >= 0 and self.count > 0 and HEADER_SIZE + self.size + encoded > limit:
+                return 0
             if self.count == 0:
                 self.base_ts = s.timestamp
-            s.body = _body_size(&s, self.count, self.base_ts, hs)
-            self._ensure(varint_size(<int32_t>s.body) + s.body)
+            self._ensure(encoded)
             self.size = _write_record(self.buf + self.size, &s, self.count, self.base_ts, hs) - self.buf
         finally:
             if hs != local:
                 free(hs)
+            # Bytes objects that were converted are copied already (or not needed); drop them.
+            if keep:
+                del keep[:]
         if s.timestamp > self.max_ts:
             self.max_ts = s.timestamp
         self.count += 1
-        # Bytes objects that were converted are copied already; drop them.
-        if keep:
-            del keep[:]
+        return 1
 
     cdef int _ensure(self, Py_ssize_t extra) except -1:
         cdef Py_ssize_t cap = self.capacity

@@ -1,9 +1,9 @@
 """Type stubs for logstore.native.record_batch (Kafka v2 RecordBatch codec)."""
 from collections.abc import Iterable, Sequence
-from typing import final
+from typing import Any, final
 
 import pyarrow
-from typing_extensions import Buffer
+from typing_extensions import Buffer, disjoint_base
 
 _Headers = Sequence[tuple[str | bytes, bytes | None]]
 
@@ -155,7 +155,33 @@ class BatchBuilder:
     def size_in_bytes(self) -> int: ...
     def append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
                headers: _Headers | None = None) -> None: ...
+    def try_append(self, timestamp: int | None, key: bytes | None, value: bytes | None,
+                   headers: _Headers | None = None, limit: int = -1) -> bool: ...
     def build(self) -> bytes: ...
+
+@disjoint_base
+class PendingRecord:
+    @property
+    def _batch(self) -> Any: ...
+    @property
+    def _index(self) -> int: ...
+    @property
+    def _timestamp(self) -> int: ...
+    def __init__(self, batch: Any, index: int, timestamp: int) -> None: ...
+
+@disjoint_base
+class SendPath:
+    _lock: Any
+    _open: dict[Any, Any]
+    _partitioner: Any
+    _store: Any
+    _fast: bool
+    _batch_bytes: int
+    _linger_zero: bool
+    _future_type: type[PendingRecord]
+    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
+             partition: int | None = None, timestamp: int | None = None,
+             headers: _Headers | None = None) -> Any: ...
 
 def read_header(buf: Buffer, pos: int = 0) -> BatchHeader: ...
 def read_entry_prefix(buf: Buffer, pos: int = 0) -> tuple[int, int, int] | None: ...

@@ -28,6 +28,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport INT64_MAX
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memset
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
 
 from batch_header cimport (
     ATTRIBUTES_AT,
@@ -136,4 +137,5 @@ include "decode_objects.pxi"
 include "columnar.pxi"
 include "encode.pxi"
 include "arrow_encode.pxi"
+include "send_path.pxi"
 include "varint_api.pxi"

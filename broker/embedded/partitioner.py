@@ -10,43 +10,14 @@ so unkeyed records still fill batches.
 from __future__ import annotations
 
 import random
-import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from logstore.errors import UnknownTopicOrPartitionError
+from logstore.native.record_batch import murmur2
 
 if TYPE_CHECKING:
     from logstore.manager import LogManager
-
-_M = 0x5BD1E995
-_SEED = 0x9747B28C
-_MASK = 0xFFFFFFFF
-_WORDS = struct.Struct("<I")
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's `Utils.murmur2` as an unsigned 32-bit value."""
-    length = len(data)
-    h = (_SEED ^ length) & _MASK
-    whole = length & ~3
-    for (k,) in _WORDS.iter_unpack(data[:whole]):
-        k = (k * _M) & _MASK
-        k ^= k >> 24
-        k = (k * _M) & _MASK
-        h = ((h * _M) & _MASK) ^ k
-    tail = length & 3
-    if tail == 3:
-        h ^= data[whole + 2] << 16
-    if tail >= 2:
-        h ^= data[whole + 1] << 8
-    if tail >= 1:
-        h ^= data[whole]
-        h = (h * _M) & _MASK
-    h ^= h >> 13
-    h = (h * _M) & _MASK
-    return h ^ (h >> 15)
-
 
 def partition_for_key(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner gives `key`."""
@@ -63,17 +34,19 @@ class Partitioner:
         # Raises if the client may not create the topic (auto-creation asks for CREATE, as Kafka's Metadata).
         self._may_create = may_create
         self._default_partitions = default_partitions
-        self._counts: dict[str, int] = {}
-        self._version = -1
-        self._sticky: dict[str, int] = {}
+        # Read by the producer's native send too: partition counts and the sticky choices, valid while
+        # `version` is the store's `topics_version` (the dicts are never replaced).
+        self.counts: dict[str, int] = {}
+        self.version = -1
+        self.sticky: dict[str, int] = {}
 
     def count(self, topic: str) -> int:
         """How many partitions `topic` has; a missing topic is created when auto.create.topics.enable is on."""
         store = self._store
-        if store.topics_version != self._version:
-            self._counts.clear()
-            self._version = store.topics_version
-        count = self._counts.get(topic)
+        if store.topics_version != self.version:
+            self.counts.clear()
+            self.version = store.topics_version
+        count = self.counts.get(topic)
         if count is None:
             count = store.topics().get(topic)
             if count is None:
@@ -81,13 +54,13 @@ class Partitioner:
                     raise UnknownTopicOrPartitionError(f"unknown topic {topic!r} (auto.create.topics.enable=false)")
                 self._may_create(topic)
                 count = store.create_topic(topic, self._default_partitions).partitions
-            self._counts[topic] = count
+            self.counts[topic] = count
         return count
 
     def partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
         """The partition of a record: the one asked for, the key's, or the topic's sticky one."""
-        if key is None and partition is None and self._version == self._store.topics_version:
-            sticky = self._sticky.get(topic)
+        if key is None and partition is None and self.version == self._store.topics_version:
+            sticky = self.sticky.get(topic)
             if sticky is not None:
                 return sticky  # the common unkeyed case, without a count lookup
         count = self.count(topic)
@@ -97,14 +70,14 @@ class Partitioner:
             return partition
         if key is not None:
             return partition_for_key(key, count)
-        sticky = self._sticky.get(topic)
+        sticky = self.sticky.get(topic)
         if sticky is None or sticky >= count:
-            sticky = self._sticky[topic] = random.randrange(count)
+            sticky = self.sticky[topic] = random.randrange(count)
         return sticky
 
     def batch_written(self, tp: tuple[str, int]) -> None:
         """`tp`'s batch went to the log: unkeyed records of its topic move on to another partition."""
         topic, p = tp
-        if self._sticky.get(topic) == p:
-            count = self._counts.get(topic, 1)
-            self._sticky[topic] = (p + 1 + random.randrange(count - 1)) % count if count > 1 else 0
+        if self.sticky.get(topic) == p:
+            count = self.counts.get(topic, 1)
+            self.sticky[topic] = (p + 1 + random.randrange(count - 1)) % count if count > 1 else 0

@@ -43,6 +43,7 @@ from logstore.errors import (
     ProducerFencedError,
 )
 from logstore.native.compression import CODEC_IDS
+from logstore.native.record_batch import PendingRecord, SendPath
 
 if TYPE_CHECKING:
     from concurrent.futures import Future
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from logstore.broker.node import Node
     from logstore.formats.kafka import BatchBuilder
     from logstore.formats.protocol import LogFormat
+    from logstore.manager import LogManager
 
 TopicPartition = tuple[str, int]
 # How long a coordinator call answered CONCURRENT_TRANSACTIONS waits before it is tried again (retry.backoff.ms).
@@ -126,13 +128,13 @@ class _Batch:
         callback()
 
 
-class RecordFuture:
+class RecordFuture(PendingRecord):
     """The future of one sent record: `result()` is its `RecordMetadata`, or raises why it was not written."""
 
-    __slots__ = ("_batch", "_index", "_timestamp")
-
-    def __init__(self, batch: _Batch, index: int, timestamp: int):
-        self._batch, self._index, self._timestamp = batch, index, timestamp
+    __slots__ = ()
+    if TYPE_CHECKING:
+        @property
+        def _batch(self) -> _Batch: ...
 
     def done(self) -> bool:
         """Whether the record was written (or failed)."""
@@ -163,15 +165,17 @@ class RecordFuture:
         self._batch.when_done(lambda: fn(self))
 
 
-class Producer:
-    """Kafka's producer over an embedded node: idempotent by default, transactional with `transactional.id`."""
+class Producer(SendPath):
+    """Kafka's producer over an embedded node: idempotent by default, transactional with `transactional.id`.
+
+    `send` is SendPath's: it appends natively when nothing needs deciding, else calls `_send`."""
 
     def __init__(self, node: Node, config: Mapping[str, Any] | None = None):
         self.settings = parse_settings(config, PRODUCER_SETTINGS, "producer")
         s = self.settings
         self._access = Access(node, s["principal"])
         self._node = node
-        self._store = node.store
+        self._store: LogManager = node.store
         self._txns = node.transactions
         self._transactional_id: str | None = s["transactional.id"]
         if self._transactional_id is not None and not s["enable.idempotence"]:
@@ -184,8 +188,12 @@ class Producer:
         self._client_id = s["client.id"] or f"producer-{next(_CLIENT_NUMBERS)}"
         self._partitioner = Partitioner(self._store, node.config["auto.create.topics.enable"],
                                         node.config["num.partitions"], self._may_create)
+        self._counts, self._sticky, self._version = (self._partitioner.counts, self._partitioner.sticky,
+                                                     self._partitioner.version)
         self._lock = threading.RLock()
         self._open: dict[TopicPartition, _Batch] = {}
+        self._linger_zero = self._linger_s <= 0
+        self._future_type = RecordFuture
         self._unsettled: set[_Batch] = set()
         self._unsettled_lock = threading.Lock()
         self._sequences: dict[TopicPartition, int] = {}
@@ -207,33 +215,46 @@ class Producer:
 
     # -- sending ---------------------------------------------------------------------------
 
-    def send(self, topic: str, value: bytes | None = None, key: bytes | None = None, *,
-             partition: int | None = None, timestamp: int | None = None,
-             headers: Headers | None = None) -> RecordFuture:
-        """Queue a record; the future settles once its batch is written (see the module doc)."""
+    @property
+    def _state(self) -> _State:
+        return self._state_now
+
+    @_state.setter
+    def _state(self, state: _State) -> None:
+        self._state_now = state
+        self._fast = self._access.everything and (
+            state is _State.IN_TRANSACTION or (state is _State.READY and self._transactional_id is None))
+
+    def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None,
+              timestamp: int | None, headers: Headers | None) -> RecordFuture:
+        """`send` where SendPath's native path does not go: checks, a new batch, a full one."""
         with self._lock:
-            state = self._state
-            if state is not _State.IN_TRANSACTION and (state is not _State.READY or self._transactional_id):
-                self._check_can_send()
+            self._check_can_send()
             try:
                 self._access.require(AclOperation.WRITE, ResourceType.TOPIC, (topic,))
             except LogStoreError as exc:
                 self._failed(exc)
                 raise
-            p = self._partitioner.partition(topic, key, partition)
-            tp = (topic, p)
             now = time.time()
             ts = int(now * 1000) if timestamp is None else timestamp
-            batch = self._open.get(tp)
-            if batch is None:
-                batch = self._open_batch(tp, now)
-            builder = batch.builder
-            index = len(builder)
-            builder.append(ts, key, value, headers)
-            future = RecordFuture(batch, index, ts)
-            if builder.size_in_bytes >= self._batch_bytes or self._linger_s <= 0:
+            while True:
+                tp = (topic, self._partitioner.partition(topic, key, partition))
+                batch = self._open.get(tp)
+                if batch is None:
+                    batch = self._open_batch(tp, now)
+                    batch.builder.append(ts, key, value, headers)
+                    break
+                if batch.builder.try_append(ts, key, value, headers, self._batch_bytes):
+                    break
+                # As Kafka's accumulator: a record that does not fit closes the batch; an unkeyed one then
+                # follows the sticky partition to its next batch.
                 self._write([tp])
-            elif index == 0:
+            self._version = self._partitioner.version  # the caches SendPath reads are current for it
+            builder = batch.builder
+            future = RecordFuture(batch, len(builder) - 1, ts)
+            if builder.size_in_bytes >= self._batch_bytes or self._linger_zero:
+                self._write([tp])
+            elif len(builder) == 1:
                 self._node.wake()  # a new lingering batch: the upkeep must look at its deadline
             return future
 

@@ -2,6 +2,8 @@
 transactions with Kafka's fencing and state errors."""
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_python_murmur2
 
@@ -43,6 +45,57 @@ def test_batches_carry_the_producer_id_and_consecutive_sequences(node):
         sequence += b.last_offset_delta + 1
     other = embedded.Producer(node)
     assert other.producer_id != producer.producer_id
+
+
+def test_keys_and_partitions_sent_to_open_batches_land_where_kafka_puts_them(node):
+    node.store.create_topic("t", 7)
+    producer = embedded.Producer(node, {"linger.ms": 60_000})
+    keys = [b"key-%d" % i for i in range(500)]
+    keyed = [producer.send("t", b"v", key=key) for key in keys]
+    placed = [producer.send("t", b"v", partition=i % 7) for i in range(70)]
+    with pytest.raises(UnknownTopicOrPartitionError):
+        producer.send("t", b"v", partition=7)
+    producer.flush()
+    assert [f.result().partition for f in keyed] == [(kafka_python_murmur2(k) & 0x7FFFFFFF) % 7 for k in keys]
+    assert [f.result().partition for f in placed] == [i % 7 for i in range(70)]
+
+
+def test_a_batch_never_outgrows_batch_size(node):
+    # batch.size at max.message.bytes' 1 MiB, uncompressed: as in Kafka's accumulator, a record that would not
+    # fit starts the next batch, so none is refused as too large; a record larger than batch.size goes alone.
+    node.store.create_topic("t", 1)
+    producer = embedded.Producer(node, {"batch.size": 1 << 20, "linger.ms": 60_000})
+    futures = [producer.send("t", b"%099d" % i) for i in range(25_000)]
+    producer.flush()
+    assert [f.result().offset for f in futures] == list(range(25_000))
+    sizes = [header.size_in_bytes for header, _ in node.store.log("t").iter_batches()]
+    assert len(sizes) == 3 and max(sizes) <= 1 << 20
+    small = embedded.Producer(node, {"batch.size": 1000, "linger.ms": 60_000})
+    assert small.send("t", b"x" * 5000).result(10).offset == 25_000  # written at once: no linger for it
+
+
+def test_records_sent_from_many_threads_each_land_once_in_their_order(node):
+    node.store.create_topic("t", 3)
+    producer = embedded.Producer(node, {"batch.size": 2000, "linger.ms": 1})
+    sent = 3000
+
+    def send_all(n: int) -> list[embedded.RecordFuture]:
+        return [producer.send("t", b"%d-%05d" % (n, i), key=b"%d" % n) for i in range(sent)]
+
+    with ThreadPoolExecutor(4) as pool:
+        by_thread = list(pool.map(send_all, range(4)))
+    producer.flush()
+    stored = {(p, offset): value for p, offset, value in _values(node, "t")}
+    assert len(stored) == 4 * sent
+    for n, futures in enumerate(by_thread):
+        landed = [f.result() for f in futures]
+        assert [stored[m.partition, m.offset] for m in landed] == [b"%d-%05d" % (n, i) for i in range(sent)]
+        assert [m.offset for m in landed] == sorted(m.offset for m in landed)
+    sequence = {p: 0 for p in range(3)}
+    for p in range(3):
+        for header, _ in node.store.log("t", p).iter_batches():
+            assert header.base_sequence == sequence[p]
+            sequence[p] += header.last_offset_delta + 1
 
 
 def test_a_lingering_batch_is_written_without_a_flush(node):

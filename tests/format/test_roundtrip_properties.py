@@ -164,6 +164,35 @@ def test_batch_builder_writes_the_same_bytes_as_encode_batch(kw):
     assert build_with_builder(kw) == K.encode_batch(**kw)
 
 
+@SETTINGS
+@given(batches(max_records=60), st.integers(0, 4000))
+def test_try_append_fills_a_batch_up_to_its_limit_and_no_further(kw, limit):
+    # Records go in until one would take the uncompressed batch past `limit`; the first always goes in. What
+    # went in is exactly the batch encode_batch writes of those records.
+    kw["compression"] = 0
+    builder = K.BatchBuilder(
+        base_offset=kw["base_offset"], producer_id=kw["producer_id"], producer_epoch=kw["producer_epoch"],
+        base_sequence=kw["base_sequence"], transactional=kw["transactional"],
+        partition_leader_epoch=kw["partition_leader_epoch"], log_append_time=kw["log_append_time"])
+    records = list(zip(kw["keys"], kw["values"], kw["headers"], kw["timestamps"]))
+    taken = 0
+    for key, value, hdrs, ts in records:
+        if not builder.try_append(ts, key, value, hdrs, limit):
+            break
+        taken += 1
+    assert taken == len(builder)
+    built = builder.build()
+    for field in ("keys", "values", "headers", "timestamps"):
+        kw[field] = kw[field][:taken]
+    assert built == K.encode_batch(**kw)
+    assert taken <= 1 or len(built) <= limit
+    if taken < len(records):
+        key, value, hdrs, ts = records[taken]
+        kw.update(keys=kw["keys"] + [key], values=kw["values"] + [value], headers=kw["headers"] + [hdrs],
+                  timestamps=kw["timestamps"] + [ts])
+        assert taken >= 1 and len(K.encode_batch(**kw)) > limit
+
+
 @pytest.mark.parametrize("records, value_bytes", [
     (ENCODE_NOGIL_MIN_RECORDS - 1, 3), (ENCODE_NOGIL_MIN_RECORDS, 3),
     (2, ENCODE_NOGIL_MIN_BYTES // 2 - 64), (2, ENCODE_NOGIL_MIN_BYTES // 2)])
