@@ -70,6 +70,10 @@ __all__ = ["DirSyncer", "QUIET_UNWRITTEN_MAX", "SHARED_MIN", "dir_syncer"]
 SHARED_MIN = 8   # partitions waiting at once from which one syncfs serves them whatever is unwritten (see above)
 # Below SHARED_MIN, two or more share a syncfs while the machine's unwritten file data is at most this.
 QUIET_UNWRITTEN_MAX = 4 << 20
+# How long that answer is kept. Reading /proc/meminfo costs ~13 us of CPU and lets the GIL go three times, for
+# a sync thread taking ~1,000 turns a second; a turn that finds it stale risks one slow syncfs.
+QUIET_RECHECK_S = 0.01
+_clock = time.monotonic
 IDLE_EXIT_S = 30.0   # a dir's sync thread ends after this long without turns (a new request starts another)
 
 
@@ -86,6 +90,7 @@ class DirSyncer:
         self.memory_backed = fs.memory_backed(state.path)
         self._lock = threading.Lock()
         self._pending: list[GroupCommit] = []
+        self._quiet_now, self._quiet_until = False, 0.0   # `_quiet`'s last answer, and until when it holds
         self._running = False      # turns are being run (or their thread woken) until `_pending` is empty
         self._thread: threading.Thread | None = None
         # The thread sleeps in a read of this eventfd; a write wakes it (`_start_turns`).
@@ -159,9 +164,14 @@ class DirSyncer:
             run_held_settles()
 
     def _quiet(self) -> bool:
-        """Whether a syncfs now would write little but the turn's own appends."""
-        unwritten = self._fs.unwritten_bytes()
-        return unwritten is not None and unwritten <= QUIET_UNWRITTEN_MAX
+        """Whether a syncfs now would write little but the turn's own appends (asked of the machine at most
+        every QUIET_RECHECK_S)."""
+        now = _clock()
+        if now >= self._quiet_until:
+            unwritten = self._fs.unwritten_bytes()
+            self._quiet_now = unwritten is not None and unwritten <= QUIET_UNWRITTEN_MAX
+            self._quiet_until = now + QUIET_RECHECK_S
+        return self._quiet_now
 
     def _sync_shared(self, batch: list[GroupCommit]) -> None:
         claims = [(group, claim) for group in batch if (claim := group.claim()) is not None]

@@ -27,7 +27,7 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from logstore.native.file_map import FileMap, fs_type, pwrite_holding_gil, syncfs
+from logstore.native.file_map import FileMap, fs_type, pwrite_holding_gil, syncfs_path
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer
@@ -228,11 +228,7 @@ class OsFileSystem:
 
     def syncfs(self, path: str) -> None:
         """Make everything written, created, renamed or unlinked on the file system holding `path` durable."""
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            syncfs(fd)
-        finally:
-            os.close(fd)
+        syncfs_path(path)
 
     def memory_backed(self, path: str) -> bool:
         """Whether `path` is on tmpfs or ramfs (False when it cannot be looked at)."""

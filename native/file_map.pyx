@@ -13,7 +13,7 @@ SIGBUS; the index searches guard their accesses (`logstore.native.index`).
 Bytes read through the buffer protocol here are not guarded: callers that
 may meet a damaged file read through the index cores.
 
-`syncfs` and `fs_type` (statfs(2)'s f_type) are here too, as the file-system calls Python's `os`
+`syncfs_path` and `fs_type` (statfs(2)'s f_type) are here too, as the file-system calls Python's `os`
 lacks, and `pwrite_holding_gil`, a pwrite that `os` only offers with the GIL let go.
 """
 from cpython.buffer cimport PyBUF_WRITABLE, PyBuffer_FillInfo
@@ -26,7 +26,14 @@ import os
 
 cdef extern from "<unistd.h>" nogil:
     int c_syncfs "syncfs"(int fd)
+    int c_close "close"(int fd)
     ssize_t c_pwrite "pwrite"(int fd, const void* buf, size_t count, long offset)
+
+
+cdef extern from "<fcntl.h>" nogil:
+    int c_open "open"(const char* path, int flags)
+    int O_RDONLY
+    int O_CLOEXEC
 
 
 cdef extern from "<sys/vfs.h>" nogil:
@@ -49,14 +56,27 @@ def fs_type(path):
     return stats.f_type
 
 
-def syncfs(int fd):
-    """syncfs(2): write every dirty page and inode of the file system holding `fd` and commit its journal;
-    OSError when that fails (since Linux 5.8 it reports writeback errors met since the descriptor opened)."""
-    cdef int rc
+def syncfs_path(path):
+    """syncfs(2) of the file system holding `path`: write its every dirty page and inode and commit its
+    journal; OSError when that fails (since Linux 5.8 it reports writeback errors met since the descriptor
+    opened). The open, the sync and the close let the GIL go once: a sync thread that let it go for each
+    had to win it back from the event loop three times a sync."""
+    cdef bytes name = os.fsencode(path)
+    cdef const char* c_name = name
+    cdef int fd, rc = -1, failed = 0
     with nogil:
-        rc = c_syncfs(fd)
+        fd = c_open(c_name, O_RDONLY | O_CLOEXEC)
+        if fd >= 0:
+            rc = c_syncfs(fd)
+            if rc != 0:
+                failed = errno
+            c_close(fd)
+        else:
+            failed = errno
+    if fd < 0:
+        raise OSError(failed, os.strerror(failed), path)
     if rc != 0:
-        raise OSError(errno, os.strerror(errno))
+        raise OSError(failed, os.strerror(failed))
 
 
 def pwrite_holding_gil(int fd, const unsigned char[::1] data, long position):

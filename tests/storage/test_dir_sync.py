@@ -144,6 +144,43 @@ def test_a_narrow_window_shares_a_syncfs_only_while_little_else_is_unwritten(tmp
             assert [r.value for r in again.log(TOPIC, p).iter_records()] == acked[p]
 
 
+def test_the_machines_unwritten_data_is_asked_once_a_recheck_interval(tmp_path, pool, monkeypatch):
+    fs = FaultFileSystem(real_syncs=False)
+    store = _store(tmp_path / "d", fs)
+    acked: dict[int, list[bytes]] = {p: [] for p in range(WIDE)}
+    assert _wait_all(store, pool, range(WIDE), acked, lambda p: b"first %d" % p) == [1] * WIDE
+    asked = []
+    real = fs.unwritten_bytes
+    monkeypatch.setattr(fs, "unwritten_bytes", lambda: asked.append(fs.unwritten) or real())
+    now = [1000.0]
+    monkeypatch.setattr(logstore.dir_sync, "_clock", lambda: now[0])
+
+    def turn(label: bytes) -> list[str]:
+        opened = len(fs.boundaries)
+        outcomes = _wait_all(store, pool, range(2), acked, lambda p: label + b" %d" % p)
+        assert all(isinstance(o, int) for o in outcomes) and len(outcomes) == 2
+        return [b.op for b in fs.boundaries[opened:]]
+
+    fs.unwritten = 0
+    assert turn(b"quiet") == ["syncfs"] and asked == [0]
+    fs.unwritten = BUSY
+    now[0] += logstore.dir_sync.QUIET_RECHECK_S / 2
+    assert turn(b"within the interval") == ["syncfs"] and asked == [0]   # the answer of a moment ago
+    now[0] += logstore.dir_sync.QUIET_RECHECK_S
+    assert turn(b"after it") == ["fsync", "fsync"] and asked == [0, BUSY]
+    fs.crash()
+    with LogManager(str(tmp_path / "d"), start_scheduler=False) as again:
+        for p in range(WIDE):
+            assert [r.value for r in again.log(TOPIC, p).iter_records()] == acked[p]
+
+
+def test_the_real_syncfs_syncs_a_dir_and_reports_one_it_cannot_open(tmp_path):
+    (tmp_path / "f").write_bytes(b"x")
+    OsFileSystem().syncfs(str(tmp_path))
+    with pytest.raises(FileNotFoundError):
+        OsFileSystem().syncfs(str(tmp_path / "gone"))
+
+
 def test_the_unwritten_bytes_are_the_kernels_dirty_and_writeback_or_unknown(tmp_path, monkeypatch):
     meminfo = tmp_path / "meminfo"
     meminfo.write_text("MemTotal:       24000000 kB\nDirty:              1048 kB\nWriteback:            12 kB\n")
