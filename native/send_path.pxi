@@ -81,7 +81,7 @@ cdef class SendPath:
         cdef int64_t ts
         self._acquire()
         try:
-            if not self._fast:
+            if not self._fast or self._record_type is None:
                 return None
             p = self._partition(topic, key, partition)
             if p < 0:
