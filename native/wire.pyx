@@ -94,17 +94,24 @@ cdef inline uint32_t read_uvarint(Cursor* c) except? 0xFFFFFFFF:
 
 cdef inline Py_ssize_t read_length(Cursor* c, bint flexible) except -2:
     """A string, bytes or array length; -1 is null."""
-    cdef uint32_t n
+    cdef Py_ssize_t n
     if flexible:
-        n = read_uvarint(c)
-        return <Py_ssize_t>n - 1
-    return read_i32(c)
+        return <Py_ssize_t>read_uvarint(c) - 1
+    n = read_i32(c)
+    # -2 is how these readers report an error: a frame's own -2 (or below) must raise, not pose as one.
+    if n < -1:
+        raise WireError(f"length {n} at byte {c.pos - 4}")
+    return n
 
 
 cdef inline Py_ssize_t read_string_length(Cursor* c, bint flexible) except -2:
+    cdef Py_ssize_t n
     if flexible:
         return <Py_ssize_t>read_uvarint(c) - 1
-    return read_i16(c)
+    n = read_i16(c)
+    if n < -1:
+        raise WireError(f"string length {n} at byte {c.pos - 2}")
+    return n
 
 
 cdef object read_string(Cursor* c, bint flexible, bint nullable):
