@@ -66,8 +66,6 @@ from batch_header cimport TRANSACTIONAL_FLAG as _TRANSACTIONAL_FLAG
 
 include "varint.pxi"
 
-import time
-
 from crc32c import crc32c as _crc32c
 
 from logstore.errors import (
