@@ -61,6 +61,8 @@ RUN_TIMEOUT = 600.0    # s: one rdkafka_performance run
 # /proc counts CPU in clock ticks (10 ms here): a broker's median below a few of them is not compared.
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 MEASURABLE_CPU_S = 3 * TICK_S
+_UNMEASURED = (f"a run's broker CPU is below {MEASURABLE_CPU_S * 1e3:.0f} ms, three of /proc's ticks: not compared "
+               "(a larger --count measures it)")
 
 # What a Kafka user would set for throughput (as bench/test_broker.py): one batch may hold 100,000 records,
 # and the queue never fills.
@@ -439,14 +441,11 @@ def summarise(results: Results, specs: list[BrokerSpec], cases: list[Case], mode
                 cpu, peer_cpu = cpu_s * 1e6 / case.count, peer_cpu_s * 1e6 / case.count
                 rate, peer_rate = (statistics.median(s.msgs_per_s for s in side) for side in (ours, peer))
                 name = f"{case.name} {mode}" + (f" ({spec.label})" if spec.label != "logstore" else "")
-                if min(cpu_s, peer_cpu_s) < MEASURABLE_CPU_S:
-                    summary.row(f"{name}: broker CPU/msg vs tansu", None, ours=f"{cpu:.3f} µs/msg",
-                                peer=f"{peer_cpu:.3f} µs/msg",
-                                note=f"a run's broker CPU is below {MEASURABLE_CPU_S * 1e3:.0f} ms, three of /proc's "
-                                     "ticks: not compared (a larger --count measures it)")
-                else:
-                    summary.row(f"{name}: broker CPU/msg vs tansu", cpu / peer_cpu, verdict=cpu < peer_cpu,
-                                target=1.0, op="<", ours=f"{cpu:.3f} µs/msg", peer=f"{peer_cpu:.3f} µs/msg")
+                measurable = min(cpu_s, peer_cpu_s) >= MEASURABLE_CPU_S
+                summary.row(f"{name}: broker CPU/msg vs tansu", cpu / peer_cpu if measurable else None,
+                            verdict=cpu < peer_cpu, target=1.0 if measurable else None, op="<",
+                            ours=f"{cpu:.3f} µs/msg", peer=f"{peer_cpu:.3f} µs/msg",
+                            note="" if measurable else _UNMEASURED)
                 summary.row(f"{name}: msgs/s vs tansu", rate / peer_rate, ours=f"{rate:,.0f} msgs/s",
                             peer=f"{peer_rate:,.0f} msgs/s")
     return summary
