@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from clients.broker_process import free_port
 from logstore.broker.config_sources import environment_name, read_properties
 from logstore.dir_lock import DirLock
 
@@ -32,12 +33,6 @@ KAFKA_3_KRAFT = FIXTURES / "server-3.x-kraft.properties"
 READY = re.compile(r"logstore broker listening on (.+):(\d+)")
 LOG_RECORD = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ")
 TIMEOUT = 30.0  # s: a bound on any one wait (a start, a stop, a client call)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

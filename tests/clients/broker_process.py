@@ -19,11 +19,20 @@ STOP_TIMEOUT = 30.0    # s, from SIGTERM to exit
 CLEAN_SHUTDOWN_MARKER = ".kafka_cleanshutdown"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A loopback port the kernel just handed out (bound to port 0, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port the kernel just handed out (bound to port 0, then released), never one this process
+    was handed before: two calls in a row can get the same port back, and a broker's listener and its
+    metrics.port then collided."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def _read_line(proc: subprocess.Popen, timeout: float) -> str:
